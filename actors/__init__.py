@@ -1,0 +1,1 @@
+"""One Ray actor class per role (generator, verifier, learner) and the code each hosts."""

@@ -1,0 +1,25 @@
+"""The interface every generation backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class Samples:
+    """Flat outputs for `len(prompts) * n` samples, prompt-major (prompt 0's n samples first)."""
+    prompt_ids: list[np.ndarray]  # one int32 array per prompt (without padding)
+    response_ids: np.ndarray  # flat int32 token ids of all responses, concatenated
+    response_lengths: np.ndarray  # int64 per sample
+    logprobs: np.ndarray  # flat float32, one per response token
+    finish_reason: list[str]  # per sample: stop / length
+
+
+class Backend(Protocol):
+    def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
+                 top_p: float, greedy: bool) -> Samples: ...
+
+    def load_weights(self, state: dict[str, np.ndarray]) -> None: ...

@@ -1,0 +1,217 @@
+"""Learner actor: owns the policy and its optimizer; computes advantages and losses from the
+registries, takes gradient steps and publishes versioned weights."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+import torch
+
+from orchestrator import batch as B
+
+log = logging.getLogger("coevo.learner")
+
+
+class Learner:
+    def __init__(self, config, model_source: str | None = None):
+        import transformers
+
+        from actors import modeling
+        from actors.runtime import setup_torch
+
+        transformers.utils.logging.disable_progress_bar()  # no "Writing model shards" bars in logs
+        self.config = config
+        self.algo = config.algorithm
+        self.device = setup_torch(config.train.threads, config.seed, want_gpu=self.algo.num_gpus > 0)
+        self.model, self.tokenizer = modeling.build(config.model, config.seed)
+        if model_source:
+            self.model = modeling.load_model(model_source)
+        self.model.to(self.device).train()
+        self.reference = None
+        if self.algo.kl_coef > 0:  # frozen copy of the starting policy
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.optimizer = self._new_optimizer(self.algo.lr)
+        self.skipped_steps = 0
+
+    def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=self.algo.weight_decay)
+
+    # ---- weights -------------------------------------------------------------------------------
+    def publish(self) -> dict[str, np.ndarray]:
+        """Weights as numpy arrays: the object store holds them once, readers map them zero-copy."""
+        return {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
+
+    def save(self, path: str, optimizer: bool = True) -> str:
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        if optimizer:
+            torch.save(self.optimizer.state_dict(), out / "optimizer.pt")
+        return str(out)
+
+    def load_optimizer(self, path: str) -> None:
+        self.optimizer.load_state_dict(torch.load(Path(path) / "optimizer.pt", weights_only=True))
+
+    def reset_optimizer(self) -> None:
+        """A fresh AdamW for RL after warm-up (its own learning rate, no carried-over moments)."""
+        self.optimizer = self._new_optimizer(self.algo.lr)
+        if self.algo.kl_coef > 0:  # the reference is the policy RL starts from
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+
+    # ---- tensors -------------------------------------------------------------------------------
+    def _sequences(self, table: pa.Table):
+        """Left-padded prompts + right-padded responses -> ids, mask, positions, response slice."""
+        pad = self.tokenizer.pad_token_id
+        p_ids, p_len = B.to_padded(table.column("prompt_ids"), pad, torch.long, left=True)
+        r_ids, r_len = B.to_padded(table.column("response_ids"), pad, torch.long)
+        p_width, r_width = p_ids.shape[1], r_ids.shape[1]
+        p_mask = torch.arange(p_width)[None, :] >= (p_width - p_len)[:, None]
+        r_mask = torch.arange(r_width)[None, :] < r_len[:, None]
+        ids = torch.cat([p_ids, r_ids], dim=1)
+        mask = torch.cat([p_mask, r_mask], dim=1).long()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # same positions as left-padded generation
+        return ids, mask, positions, r_ids, r_mask, p_width
+
+    def _token_logprobs(self, model, ids, mask, positions, r_ids, p_width) -> torch.Tensor:
+        logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                       position_ids=positions.to(self.device)).logits
+        logits = logits[:, p_width - 1:-1].float()  # logits that predict each response token
+        return torch.log_softmax(logits, dim=-1).gather(-1, r_ids.to(self.device).unsqueeze(-1)).squeeze(-1)
+
+    # ---- RL step -------------------------------------------------------------------------------
+    def train_step(self, *tables: pa.Table, dump_path: str | None = None) -> dict[str, float]:
+        """One optimizer step on the concatenated batches (one row per sampled response)."""
+        from actors.algorithms import ADVANTAGES, POLICY_LOSSES
+        from actors.algorithms.losses import kl_k3
+
+        table = B.concat(list(tables))
+        B.validate(table, required=[*B.CORE_FIELDS, "reward"])
+        rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
+        groups = torch.from_numpy(pc.dictionary_encode(table.column("prompt_id")).combine_chunks()
+                                  .indices.to_numpy().astype(np.int64))
+        advantages = ADVANTAGES.get(self.algo.advantage)(rewards, groups)
+        old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
+        ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
+        n_tokens = int(r_mask.sum())
+        loss_fn = POLICY_LOSSES.get(self.algo.policy_loss)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "entropy_proxy": 0.0}
+        mb = self.algo.micro_batch_size
+        finite = True
+        for start in range(0, table.num_rows, mb):
+            rows = slice(start, start + mb)
+            m = r_mask[rows].to(self.device).float()
+            logp = self._token_logprobs(self.model, ids[rows], mask[rows], positions[rows], r_ids[rows], p_width)
+            adv = advantages[rows].to(self.device)[:, None]
+            pg, stats = loss_fn(logp, old_lp[rows].to(self.device), adv, clip_eps=self.algo.clip_eps)
+            loss = pg
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_lp = self._token_logprobs(self.reference, ids[rows], mask[rows], positions[rows],
+                                                  r_ids[rows], p_width)
+                kl = kl_k3(logp, ref_lp)
+                loss = loss + self.algo.kl_coef * kl
+                sums["kl"] += float((kl * m).sum())
+            # Token-mean over the whole batch: each micro-batch divides by the batch's token count.
+            total = (loss * m).sum() / max(n_tokens, 1)
+            if not torch.isfinite(total):
+                finite = False
+                break
+            total.backward()
+            sums["loss"] += float(total)
+            sums["pg_loss"] += float((pg * m).sum())
+            sums["clip_frac"] += float((stats["clip_frac"] * m).sum())
+            sums["entropy_proxy"] += float((-logp.detach() * m).sum())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.grad_clip)
+        if finite and torch.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            finite = False
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_steps += 1
+            log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
+                        sums["loss"], float(grad_norm), self.skipped_steps)
+
+        if dump_path:
+            adv_tokens = B.list_column(np.repeat(advantages.numpy(), r_mask.sum(1).numpy()),
+                                       r_mask.sum(1).numpy(), pa.float32())
+            B.dump_parquet(table.append_column("advantages", adv_tokens), dump_path)
+        return self._metrics(table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite)
+
+    def _metrics(self, table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite) -> dict:
+        from actors.verifier import reward_error_counts
+
+        n_groups = int(groups.max()) + 1 if len(groups) else 0
+        lo = torch.full((n_groups,), math.inf).scatter_reduce(0, groups, rewards, "amin")
+        hi = torch.full((n_groups,), -math.inf).scatter_reduce(0, groups, rewards, "amax")
+        out = {
+            "reward/mean": float(rewards.mean()),
+            "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "train/loss": sums["loss"],
+            "train/pg_loss": sums["pg_loss"] / max(n_tokens, 1),
+            "train/clip_frac": sums["clip_frac"] / max(n_tokens, 1),
+            "train/neg_logprob": sums["entropy_proxy"] / max(n_tokens, 1),
+            "train/grad_norm": float(grad_norm),
+            "train/skipped_nonfinite": float(self.skipped_steps),
+            "train/step_skipped": float(not finite),
+            "train/advantage_abs_mean": float(advantages.abs().mean()),
+            "samples/count": table.num_rows,
+            "samples/tokens": int(n_tokens + pc.sum(pc.list_value_length(table.column("prompt_ids"))).as_py()),
+            "samples/response_length": n_tokens / max(table.num_rows, 1),
+            "samples/truncated_frac": float(pc.mean(pc.equal(pc.cast(table.column("finish_reason"),
+                                                                    pa.string()), "length")).as_py()),
+            "samples/solved_groups_frac": float((lo == hi).float().mean()) if n_groups else 0.0,
+            "policy/version_min": int(pc.min(table.column("policy_version")).as_py()),
+        }
+        if self.reference is not None:
+            out["train/kl"] = sums["kl"] / max(n_tokens, 1)
+        for source in B.reward_sources(table):
+            out[f"reward/{source}"] = float(pc.mean(table.column(B.REWARD_PREFIX + source)).as_py() or 0.0)
+        out.update({f"verify/{k}": v for k, v in reward_error_counts(table).items()})
+        return out
+
+    # ---- supervised warm-up ---------------------------------------------------------------------
+    def sft_steps(self, batches: list[pa.Table], lr: float) -> float:
+        """Several warm-up steps in one call (fewer round trips); returns the last loss."""
+        return [self.sft_step(b, lr) for b in batches][-1]["warmup/loss"]
+
+    def sft_step(self, prompts: pa.Table, lr: float) -> dict[str, float]:
+        """Cross-entropy on the reference answers (+ EOS) given the prompts; prompt tokens masked."""
+        if getattr(self, "_sft_lr", None) != lr:
+            self._sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
+            self._sft_lr = lr
+        tok = self.tokenizer
+        prompt_ids = tok(prompts.column("prompt").to_pylist(), add_special_tokens=False)["input_ids"]
+        answers = [str(a) for a in prompts.column("answer").to_pylist()]
+        answer_ids = [ids + [tok.eos_token_id] for ids in tok(answers, add_special_tokens=False)["input_ids"]]
+        table = pa.table({
+            "prompt_ids": pa.array(prompt_ids, pa.list_(pa.int32())),
+            "response_ids": pa.array(answer_ids, pa.list_(pa.int32())),
+        })
+        ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
+        logp = self._token_logprobs(self.model, ids, mask, positions, r_ids, p_width)
+        m = r_mask.to(self.device).float()
+        loss = -(logp * m).sum() / m.sum()
+        self._sft_optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"warm-up loss is {float(loss)}; lower warmup.lr")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self._sft_optimizer.step()
+        return {"warmup/loss": loss.item()}
+
+    def end_warmup(self) -> None:
+        self._sft_optimizer = self._sft_lr = None
+        self.reset_optimizer()
+
+
+LearnerActor = ray.remote(Learner)

@@ -1,0 +1,71 @@
+"""Models and tokenizers without a hub: a tiny model built from a config with a locally built
+character tokenizer, or any HF model + tokenizer from a local directory."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerFast,
+                          Qwen2Config)
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
+# Printable ASCII plus newline: enough for arithmetic and simple text tasks.
+CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character, built locally (no hub)."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+                                   unk_token="<unk>", padding_side="left")
+
+
+def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "qwen2", hidden_size: int = 128,
+               num_layers: int = 4, num_heads: int = 4, num_kv_heads: int = 2,
+               intermediate_size: int = 512, max_position_embeddings: int = 256,
+               seed: int = 0) -> torch.nn.Module:
+    """A small Qwen2- or Llama-style causal LM initialised from scratch."""
+    common: dict[str, Any] = dict(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+    )
+    config = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch](**common)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if tok.pad_token is None:  # many causal LMs ship without one
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+
+
+def build(model_cfg: Any, seed: int) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
+    """Model + tokenizer from the `model` config section (see orchestrator.config.ModelConfig)."""
+    if model_cfg.path:
+        path = Path(model_cfg.path).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"model.path {str(path)!r} is not a directory")
+        return load_model(path), load_tokenizer(path)
+    tok = char_tokenizer()
+    t = model_cfg.tiny
+    model = tiny_model(tok, arch=t.arch, hidden_size=t.hidden_size, num_layers=t.num_layers,
+                       num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
+                       intermediate_size=t.intermediate_size, seed=seed)
+    return model, tok

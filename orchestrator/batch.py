@@ -1,0 +1,199 @@
+"""The Arrow batch contract: every batch that crosses an actor boundary follows this module.
+
+One row per sampled response. Token and log-prob columns are Arrow lists; the conversions to and
+from padded torch tensors work on the lists' offsets and flat values, never row by row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+SCHEMA_VERSION = "1"
+VERSION_KEY = b"coevo.schema_version"
+
+REWARD_PREFIX = "reward."
+REWARD_ERROR_PREFIX = "reward_error."
+FINISH_REASONS = ("stop", "length", "error")
+
+# Columns every rollout batch has, with their types. Later stages add the optional ones.
+CORE_FIELDS: dict[str, pa.DataType] = {
+    "uid": pa.string(),
+    "prompt_id": pa.string(),
+    "prompt": pa.string(),
+    "response": pa.string(),
+    "prompt_ids": pa.list_(pa.int32()),
+    "response_ids": pa.list_(pa.int32()),
+    "behavior_logprobs": pa.list_(pa.float32()),
+    "policy_version": pa.int64(),
+    "finish_reason": pa.dictionary(pa.int8(), pa.string()),
+}
+OPTIONAL_FIELDS: dict[str, pa.DataType] = {
+    "reward": pa.float32(),
+    "token_rewards": pa.list_(pa.float32()),
+    "ref_logprobs": pa.list_(pa.float32()),
+    "advantages": pa.list_(pa.float32()),
+}
+# List columns that hold one value per response token.
+PER_RESPONSE_TOKEN = ("behavior_logprobs", "token_rewards", "ref_logprobs", "advantages")
+
+
+class BatchError(ValueError):
+    """A batch breaks the contract; the message names the column (and row) at fault."""
+
+
+def with_version(table: pa.Table) -> pa.Table:
+    meta = dict(table.schema.metadata or {})
+    meta[VERSION_KEY] = SCHEMA_VERSION.encode()
+    return table.replace_schema_metadata(meta)
+
+
+def list_column(values: np.ndarray, lengths: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
+    """Build a list column from flat values and per-row lengths (no per-row Python)."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, value_type))
+
+
+def rollout_table(
+    *,
+    uid: Iterable[str],
+    prompt_id: Iterable[str],
+    prompt: Iterable[str],
+    response: Iterable[str],
+    prompt_ids: pa.Array,
+    response_ids: pa.Array,
+    behavior_logprobs: pa.Array,
+    policy_version: int,
+    finish_reason: Iterable[str],
+    extra: dict[str, pa.Array] | None = None,
+) -> pa.Table:
+    """Assemble a validated rollout table; `extra` holds pass-through dataset columns."""
+    uid = list(uid)
+    cols = {
+        "uid": pa.array(uid, pa.string()),
+        "prompt_id": pa.array(list(prompt_id), pa.string()),
+        "prompt": pa.array(list(prompt), pa.string()),
+        "response": pa.array(list(response), pa.string()),
+        "prompt_ids": prompt_ids,
+        "response_ids": response_ids,
+        "behavior_logprobs": behavior_logprobs,
+        "policy_version": pa.array(np.full(len(uid), policy_version, dtype=np.int64)),
+        "finish_reason": pa.array(list(finish_reason), pa.string()).dictionary_encode().cast(
+            CORE_FIELDS["finish_reason"]),
+    }
+    for name, arr in (extra or {}).items():
+        if name in cols:
+            raise BatchError(f"dataset column {name!r} clashes with a core rollout column")
+        cols[name] = arr
+    table = with_version(pa.table(cols))
+    validate(table)
+    return table
+
+
+def validate(table: pa.Table | pa.RecordBatch, required: Iterable[str] = CORE_FIELDS) -> None:
+    """Check columns, types, nulls and per-token lengths; raise BatchError naming the fault."""
+    schema = table.schema
+    version = (schema.metadata or {}).get(VERSION_KEY)
+    if version is not None and version.decode() != SCHEMA_VERSION:
+        raise BatchError(f"batch schema version {version.decode()!r} != supported {SCHEMA_VERSION!r}")
+    for name in required:
+        if name not in schema.names:
+            raise BatchError(f"batch is missing column {name!r}; it has {schema.names}")
+    for name in schema.names:
+        want = CORE_FIELDS.get(name) or OPTIONAL_FIELDS.get(name)
+        if name.startswith(REWARD_PREFIX):
+            want = pa.float32()
+        elif name.startswith(REWARD_ERROR_PREFIX):
+            want = pa.string()
+        got = schema.field(name).type
+        if want is not None and got != want:
+            raise BatchError(f"column {name!r} has type {got}, expected {want}")
+        if name in CORE_FIELDS and table.column(name).null_count:
+            row = _first_true(table.column(name).is_null())
+            raise BatchError(f"column {name!r} is null at row {row}")
+    if "response_ids" in schema.names:
+        n_tokens = _lengths(table.column("response_ids"))
+        for name in PER_RESPONSE_TOKEN:
+            if name in schema.names:
+                other = _lengths(table.column(name))
+                bad = np.nonzero(other != n_tokens)[0]
+                if len(bad):
+                    r = int(bad[0])
+                    raise BatchError(f"column {name!r} row {r} has {other[r]} values but "
+                                     f"response_ids has {n_tokens[r]} tokens")
+    if "finish_reason" in schema.names:
+        values = set(table.column("finish_reason").unique().to_pylist()) - {None}
+        unknown = values - set(FINISH_REASONS)
+        if unknown:
+            raise BatchError(f"column 'finish_reason' has {sorted(unknown)}; allowed {FINISH_REASONS}")
+
+
+def _first_true(mask: pa.ChunkedArray) -> int:
+    return int(np.nonzero(mask.to_numpy(zero_copy_only=False))[0][0])
+
+
+def _combined(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks()
+    return column
+
+
+def _lengths(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    arr = _combined(column)
+    return arr.value_lengths().fill_null(0).to_numpy().astype(np.int64)
+
+
+def to_padded(
+    column: pa.ChunkedArray | pa.Array,
+    pad_value: float = 0,
+    dtype: torch.dtype | None = None,
+    left: bool = False,
+    width: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """List column -> (padded [rows, width] tensor, lengths). Works on offsets/values directly."""
+    arr = _combined(column)
+    lengths = _lengths(arr)
+    values = arr.flatten().to_numpy(zero_copy_only=False)  # respects slicing of the list array
+    width = int(lengths.max(initial=0)) if width is None else width
+    if lengths.max(initial=0) > width:
+        raise BatchError(f"a row has {lengths.max()} values, more than width {width}")
+    out = np.full((len(lengths), width), pad_value, dtype=values.dtype if len(values) else np.float32)
+    cols = np.arange(width)
+    mask = (cols >= (width - lengths)[:, None]) if left else (cols < lengths[:, None])
+    out[mask] = values
+    tensor = torch.from_numpy(out)
+    return (tensor.to(dtype) if dtype is not None else tensor), torch.from_numpy(lengths)
+
+
+def from_padded(tensor: torch.Tensor, lengths: torch.Tensor | np.ndarray, value_type: pa.DataType,
+                left: bool = False) -> pa.ListArray:
+    """Padded [rows, width] tensor + lengths -> list column (inverse of `to_padded`)."""
+    data = tensor.detach().cpu().numpy()
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cols = np.arange(data.shape[1] if data.ndim == 2 else 0)
+    mask = (cols >= (data.shape[1] - lengths)[:, None]) if left else (cols < lengths[:, None])
+    return list_column(data[mask], lengths, value_type)
+
+
+def concat(tables: list[pa.Table]) -> pa.Table:
+    """Concatenate batches from several actors; dictionary columns are unified."""
+    table = pa.concat_tables(tables, promote_options="default")
+    return with_version(table.unify_dictionaries())
+
+
+def reward_sources(table: pa.Table) -> list[str]:
+    return [n[len(REWARD_PREFIX):] for n in table.schema.names if n.startswith(REWARD_PREFIX)]
+
+
+def dump_parquet(table: pa.Table, path: str | Path) -> Path:
+    """Write a step's batch so a user can open it with pandas (`pd.read_parquet`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path

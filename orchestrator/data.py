@@ -1,0 +1,161 @@
+"""Prompt datasets: built-in tasks with held-out splits, and user files (JSONL or Parquet).
+
+Every prompt table has `prompt_id`, `prompt` and `answer` (string); other columns pass through.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REQUIRED = ("prompt", "answer")
+
+
+class DatasetError(ValueError):
+    """A dataset problem; the message names the file, row and column at fault."""
+
+
+@dataclass
+class PromptSet:
+    train: pa.Table
+    eval: pa.Table
+    name: str
+
+
+# ---- built-in tasks ---------------------------------------------------------------------------
+def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int) -> PromptSet:
+    """All `a op b` with `digits`-digit operands; a seeded, disjoint held-out split."""
+    low = 10 ** (digits - 1) if digits > 1 else 0
+    numbers = range(low, 10 ** digits)
+    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+    problems = [(f"{a}{op}{b}=", str(ops[op](a, b))) for op in operators
+                for a, b in itertools.product(numbers, numbers)]
+    if eval_size >= len(problems):
+        raise DatasetError(f"arithmetic task has {len(problems)} problems; data.eval_size={eval_size} "
+                           "leaves none to train on")
+    order = np.random.default_rng(seed).permutation(len(problems))
+    table = pa.table({"prompt_id": [problems[i][0] for i in order],
+                      "prompt": [problems[i][0] for i in order],
+                      "answer": [problems[i][1] for i in order]})
+    return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size),
+                     name=f"arithmetic-{digits}d-{''.join(operators)}")
+
+
+# ---- user files -------------------------------------------------------------------------------
+def read_rows(path: str | Path) -> pa.Table:
+    """Read a .jsonl or .parquet file, check the required columns and rows, add `prompt_id`."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DatasetError(f"dataset file {str(path)!r} not found")
+    if path.suffix == ".parquet":
+        table = pq.read_table(path)
+    elif path.suffix in (".jsonl", ".json"):
+        table = _read_jsonl(path)
+    else:
+        raise DatasetError(f"dataset file {str(path)!r}: use .jsonl or .parquet")
+    if table.num_rows == 0:
+        raise DatasetError(f"dataset file {str(path)!r} has no rows")
+    for col in REQUIRED:
+        if col not in table.schema.names:
+            raise DatasetError(f"dataset file {str(path)!r} has no {col!r} column "
+                               f"(columns: {table.schema.names})")
+        if table.column(col).null_count:
+            row = int(np.nonzero(table.column(col).is_null().to_numpy(zero_copy_only=False))[0][0])
+            raise DatasetError(f"dataset file {str(path)!r} row {row}: {col!r} is missing or null")
+    if not pa.types.is_string(table.schema.field("prompt").type):
+        raise DatasetError(f"dataset file {str(path)!r}: column 'prompt' must be text, "
+                           f"got {table.schema.field('prompt').type}")
+    table = table.set_column(table.schema.get_field_index("answer"), "answer",
+                             table.column("answer").cast(pa.string()))
+    if "prompt_id" in table.schema.names:
+        table = table.drop_columns(["prompt_id"])
+    ids = (table.column("id").cast(pa.string()) if "id" in table.schema.names
+           else pa.array([f"{path.stem}:{i}" for i in range(table.num_rows)]))
+    return table.add_column(0, "prompt_id", ids)
+
+
+def _read_jsonl(path: Path) -> pa.Table:
+    rows = []
+    with path.open() as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+            for col in REQUIRED:
+                if row.get(col) is None:
+                    raise DatasetError(f"{path}:{lineno}: row has no {col!r} field (keys: {sorted(row)})")
+            if not isinstance(row["prompt"], str):
+                raise DatasetError(f"{path}:{lineno}: 'prompt' must be a string, got {row['prompt']!r}")
+            if isinstance(row["answer"], (dict, list)):
+                raise DatasetError(f"{path}:{lineno}: 'answer' must be a string or number, got {row['answer']!r}")
+            row["answer"] = str(row["answer"])
+            rows.append(row)
+    try:
+        return pa.Table.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise DatasetError(f"{path}: a column mixes types across rows ({e})") from None
+
+
+def user_dataset(path: str, eval_path: str | None, eval_size: int, seed: int) -> PromptSet:
+    table = read_rows(path)
+    if eval_path:
+        return PromptSet(train=table, eval=read_rows(eval_path), name=Path(path).stem)
+    if table.num_rows <= eval_size:
+        raise DatasetError(f"dataset file {path!r} has {table.num_rows} rows; data.eval_size={eval_size} "
+                           "leaves none to train on (lower data.eval_size or set data.eval_path)")
+    order = np.random.default_rng(seed).permutation(table.num_rows)
+    table = table.take(pa.array(order))
+    return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=Path(path).stem)
+
+
+def load_prompts(data_cfg, seed: int) -> PromptSet:
+    if data_cfg.path:
+        prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
+    else:
+        a = data_cfg.arithmetic
+        prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed)
+    template = data_cfg.prompt_template
+    if template != "{prompt}":
+        for split in ("train", "eval"):
+            t = getattr(prompts, split)
+            text = [template.replace("{prompt}", p) for p in t.column("prompt").to_pylist()]
+            setattr(prompts, split, t.set_column(t.schema.get_field_index("prompt"), "prompt",
+                                                 pa.array(text, pa.string())))
+    return prompts
+
+
+class PromptSampler:
+    """Epochs over the training prompts without replacement, reshuffled each epoch (seeded), so a
+    step never holds the same prompt twice. Its position is part of the loop state for --resume."""
+
+    def __init__(self, table: pa.Table, seed: int, epoch: int = 0, position: int = 0):
+        self.table, self.seed, self.epoch, self.position = table, seed, epoch, position
+        self._order = self._shuffle()
+
+    def _shuffle(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.table.num_rows)
+
+    def next(self, k: int) -> pa.Table:
+        if k > self.table.num_rows:
+            raise DatasetError(f"asked for {k} prompts a step but the training split has "
+                               f"{self.table.num_rows}; lower rollout.prompts_per_step")
+        if self.position + k > len(self._order):
+            self.epoch, self.position = self.epoch + 1, 0
+            self._order = self._shuffle()
+        idx = self._order[self.position:self.position + k]
+        self.position += k
+        return self.table.take(pa.array(idx))
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}

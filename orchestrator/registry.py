@@ -1,0 +1,52 @@
+"""Name -> object registries, so a YAML string picks a loss, estimator, reward or backend."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+class Registry:
+    """A named table of plug-ins. Names that contain ':' are imported as `module:attr` paths."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, Any] = {}
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        def deco(obj: Any) -> Any:
+            if name in self._items and self._items[name] is not obj:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._items or ":" in name
+
+    def get(self, name: str) -> Any:
+        if name in self._items:
+            return self._items[name]
+        if ":" in name:
+            return import_path(name, what=self.kind)
+        raise KeyError(f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())} "
+                       f"(or give a 'module:function' import path)")
+
+
+def import_path(path: str, what: str = "object") -> Any:
+    """Import `package.module:attr`; errors name the path and what went wrong."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"{what} path {path!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"cannot import module {module_name!r} for {what} {path!r}: {e}") from e
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ImportError(f"module {module_name!r} has no attribute {attr!r} (from {what} {path!r})") from None
