@@ -127,7 +127,7 @@ class Learner:
                 finite = False
                 break
             total.backward()
-            sums["loss"] += float(total)
+            sums["loss"] += total.item()
             sums["pg_loss"] += float((pg * m).sum())
             sums["clip_frac"] += float((stats["clip_frac"] * m).sum())
             sums["entropy_proxy"] += float((-logp.detach() * m).sum())

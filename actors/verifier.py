@@ -22,6 +22,8 @@ class Verifier:
 
         self.specs = verifier_config.rewards
         self.on_error = verifier_config.on_error
+        self.accuracy_column = (B.REWARD_PREFIX + verifier_config.accuracy_source
+                                if verifier_config.accuracy_source else "reward")
         self.sandbox = RewardSandbox({r.name: r.fn or r.name for r in self.specs})
         self.timeouts = {r.name: r.timeout_s for r in self.specs}
 
@@ -47,10 +49,12 @@ class Verifier:
         return B.with_version(table.append_column("reward", pa.array(total, pa.float32())))
 
     def evaluate(self, table: pa.Table) -> dict[str, float]:
-        """Score a greedy eval batch; accuracy is the mean aggregated reward."""
+        """Score a greedy eval batch; accuracy is the mean of `accuracy_source` (default: the
+        aggregated reward), failed samples counting as `on_error`."""
         scored = self.score(table)
-        return {"accuracy": float(np.mean(scored.column("reward").to_numpy())),
-                "samples": scored.num_rows, **reward_error_counts(scored)}
+        column = scored.column(self.accuracy_column).fill_null(self.on_error)
+        return {"accuracy": float(np.mean(column.to_numpy())), "samples": scored.num_rows,
+                **reward_error_counts(scored)}
 
     def close(self) -> None:
         self.sandbox.close()

@@ -32,8 +32,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    config_arg, overrides = args.config, list(args.overrides)
+    parser = _parser()
+    # Overrides may come after flags (`coevo run cfg.yaml --seed 1 a.b=2`): collect the leftovers.
+    args, extra = parser.parse_known_args(argv)
+    unknown = [e for e in extra if e.startswith("-") or "=" not in e]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    config_arg, overrides = args.config, list(args.overrides) + extra
     if config_arg and "=" in config_arg:  # `coevo run key=value` without a config file
         config_arg, overrides = None, [config_arg, *overrides]
     if args.resume and not args.output_dir:

@@ -103,7 +103,16 @@ class RewardSpec(Section):
 class VerifierConfig(Section):
     rewards: list[RewardSpec] = [RewardSpec(name="integer_match")]
     on_error: float = 0.0  # reward used in the aggregate when a source fails for a sample
+    accuracy_source: Optional[str] = None  # eval/accuracy = mean of this source (default: `reward`)
     num_cpus: float = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _known_source(self) -> "VerifierConfig":
+        names = [r.name for r in self.rewards]
+        if self.accuracy_source is not None and self.accuracy_source not in names:
+            raise ValueError(f"verifier.accuracy_source {self.accuracy_source!r} is not a reward name; "
+                             f"accepted: {names}")
+        return self
 
     @field_validator("rewards")
     @classmethod

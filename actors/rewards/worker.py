@@ -9,6 +9,7 @@ stderr before any user code runs.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import pickle
 import struct
@@ -38,7 +39,7 @@ def _call(fn, kwargs) -> tuple[float | None, str | None]:
         return None, f"{type(e).__name__}: {e} (at {os.path.basename(tb.filename)}:{tb.lineno})"
     if isinstance(value, bool):
         value = float(value)
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not isinstance(value, numbers.Real) or not math.isfinite(value):  # numpy scalars too
         return None, f"returned {value!r}; a reward must be a finite number"
     return float(value), None
 

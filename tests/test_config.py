@@ -1,0 +1,186 @@
+"""Typed config: the default recipe, overrides, and errors that name the key and accepted values."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from orchestrator.config import (DEFAULT_RECIPE, PIPELINES_DIR, Config, ConfigError, dump_config,
+                                 load_config, parse_override, validate_config)
+
+
+def test_default_recipe_loads():
+    cfg = load_config()
+    assert isinstance(cfg, Config)
+    raw = yaml.safe_load((PIPELINES_DIR / f"{DEFAULT_RECIPE}.yaml").read_text())
+    assert cfg.recipe == raw["recipe"]
+    assert cfg.rollout.prompts_per_step == raw["rollout"]["prompts_per_step"]
+    assert cfg.algorithm.advantage == raw["algorithm"]["advantage"]
+    assert cfg.model.tiny.hidden_size == raw["model"]["tiny"]["hidden_size"]
+    assert [r.name for r in cfg.verifier.rewards] == [r["name"] for r in raw["verifier"]["rewards"]]
+    # by name and by path give the same config
+    assert load_config(DEFAULT_RECIPE) == cfg
+    assert load_config(str(PIPELINES_DIR / f"{DEFAULT_RECIPE}.yaml")) == cfg
+
+
+def test_overrides_apply_with_types():
+    cfg = load_config(None, ["algorithm.lr=5e-5", "rollout.samples_per_prompt=3",
+                             "train.dump_rollouts=true", "model.tiny.arch=llama",
+                             "data.arithmetic.operators=['+', '-']", "output_dir=/tmp/x"])
+    assert cfg.algorithm.lr == 5e-5 and isinstance(cfg.algorithm.lr, float)
+    assert cfg.rollout.samples_per_prompt == 3 and isinstance(cfg.rollout.samples_per_prompt, int)
+    assert cfg.train.dump_rollouts is True
+    assert cfg.model.tiny.arch == "llama"
+    assert cfg.data.arithmetic.operators == ["+", "-"]
+    assert cfg.output_dir == "/tmp/x"
+    # untouched fields keep the recipe's values
+    assert cfg.rollout.prompts_per_step == load_config().rollout.prompts_per_step
+
+
+def test_override_creates_missing_section():
+    cfg = load_config(None, ["ray.num_cpus=2"])
+    assert cfg.ray.num_cpus == 2
+
+
+def test_override_syntax_errors():
+    with pytest.raises(ConfigError, match="key.sub=value"):
+        load_config(None, ["algorithm.lr"])
+    with pytest.raises(ConfigError, match="not a section"):
+        load_config(None, ["algorithm.lr.x=1"])
+    assert parse_override("a.b= 3") == (["a", "b"], 3)
+
+
+def test_unknown_key_lists_accepted():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algorithm.lrr=1"])
+    msg = str(e.value)
+    assert "'algorithm.lrr'" in msg
+    assert "accepted keys" in msg
+    for key in ("lr", "clip_eps", "advantage", "kl_coef"):
+        assert key in msg
+
+
+def test_unknown_nested_key_in_list_lists_accepted():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["verifier.rewards=[{name: integer_match, bogus: 1}]"])
+    msg = str(e.value)
+    assert "'verifier.rewards.0.bogus'" in msg
+    for key in ("name", "fn", "weight", "timeout_s"):
+        assert key in msg
+
+
+def test_unknown_top_level_section():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["trainer.max_steps=3"])
+    msg = str(e.value)
+    assert "'trainer'" in msg
+    for key in ("model", "data", "rollout", "verifier", "algorithm", "train"):
+        assert key in msg
+
+
+def test_bad_literal_names_accepted_values():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["model.tiny.arch=gpt"])
+    msg = str(e.value)
+    assert "model.tiny.arch" in msg and "'gpt'" in msg
+    assert "qwen2" in msg and "llama" in msg
+
+
+def test_unknown_reward_function_lists_builtins():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["verifier.rewards=[{name: nope}]"])
+    msg = str(e.value)
+    assert "'nope'" in msg and "verifier.rewards" in msg
+    for name in ("exact_match", "integer_match", "math_verify", "normalized_match"):
+        assert name in msg
+
+
+def test_reward_import_path_accepted():
+    cfg = load_config(None, ["verifier.rewards=[{name: mine, fn: 'my_pkg.rewards:score', weight: 0.5}]"])
+    assert cfg.verifier.rewards[0].fn == "my_pkg.rewards:score"
+
+
+def test_duplicate_reward_names():
+    with pytest.raises(ConfigError, match="unique"):
+        load_config(None, ["verifier.rewards=[{name: exact_match}, {name: exact_match}]"])
+
+
+def test_unknown_advantage_lists_accepted():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algorithm.advantage=zzz"])
+    msg = str(e.value)
+    assert "algorithm.advantage" in msg and "'zzz'" in msg
+    for name in ("grpo", "dr_grpo", "rloo"):
+        assert name in msg
+
+
+def test_unknown_policy_loss_lists_accepted():
+    with pytest.raises(ConfigError, match="ppo_clip"):
+        load_config(None, ["algorithm.policy_loss=zzz"])
+
+
+def test_unknown_backend_lists_accepted():
+    with pytest.raises(ConfigError, match="hf"):
+        load_config(None, ["rollout.backend=nope"])
+
+
+@pytest.mark.parametrize("override, key", [
+    ("rollout.prompts_per_step=-1", "rollout.prompts_per_step"),
+    ("rollout.prompts_per_step=0", "rollout.prompts_per_step"),
+    ("rollout.top_p=1.5", "rollout.top_p"),
+    ("algorithm.lr=0", "algorithm.lr"),
+])
+def test_out_of_range_values(override, key):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert key in str(e.value)
+
+
+def test_cross_field_validation():
+    with pytest.raises(ConfigError, match="divisible"):
+        load_config(None, ["model.tiny.hidden_size=30"])
+    with pytest.raises(ConfigError, match="data.task"):
+        load_config(None, ["data.task=null"])
+    with pytest.raises(ConfigError, match="prompt_template"):
+        load_config(None, ["data.prompt_template=no placeholder"])
+
+
+def test_missing_config_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as e:
+        load_config(str(missing))
+    assert str(missing) in str(e.value) and "not found" in str(e.value)
+
+
+def test_unknown_recipe_lists_recipes():
+    with pytest.raises(ConfigError) as e:
+        load_config("no_such_recipe")
+    msg = str(e.value)
+    assert "'no_such_recipe'" in msg
+    assert DEFAULT_RECIPE in msg
+
+
+def test_user_yaml_file_and_bad_yaml(tmp_path):
+    good = tmp_path / "run.yaml"
+    good.write_text("seed: 7\nalgorithm: {lr: 3.0e-4}\n")
+    cfg = load_config(str(good))
+    assert cfg.seed == 7 and cfg.algorithm.lr == 3e-4
+    assert cfg.rollout.prompts_per_step == Config().rollout.prompts_per_step  # defaults fill in
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(str(bad))
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(str(scalar))
+    with pytest.raises(ConfigError) as e:
+        load_config(str(good), ["algorithm.lrr=1"])
+    assert str(good) in str(e.value)  # errors name the file
+
+
+def test_dump_round_trip(tmp_path):
+    cfg = load_config(None, ["algorithm.lr=5e-5", "seed=3"])
+    dump_config(cfg, tmp_path / "config.yaml")
+    assert load_config(str(tmp_path / "config.yaml")) == cfg
+    assert validate_config(cfg.model_dump()) == cfg

@@ -1,0 +1,249 @@
+"""The Learner in-process (no Ray) on a real rollout batch from the Generator, scored by the Verifier."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+from actors.algorithms import ADVANTAGES, POLICY_LOSSES
+from actors.generator import Generator
+from actors.learner import Learner
+from actors.verifier import Verifier
+from orchestrator import batch as B
+from orchestrator.config import Config
+from orchestrator.data import arithmetic
+
+TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+        "intermediate_size": 64}
+
+# A reward that varies between samples of one prompt even for an untrained model, so GRPO
+# advantages are non-zero and a step really moves the weights.
+REWARD_MODULE = """
+def varied(prompt, response, answer, **_):
+    return float(sum(map(ord, response)) % 3) / 2
+"""
+
+
+def make_config(reward_fn: str | None = None, **algorithm) -> Config:
+    verifier = {"rewards": [{"name": "varied", "fn": reward_fn, "timeout_s": 10}]} if reward_fn else {}
+    return Config.model_validate({
+        "seed": 0,
+        "model": {"tiny": TINY},
+        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4},
+        "verifier": verifier,
+        "algorithm": {"lr": 1e-2, **algorithm},
+        "train": {"threads": 1},
+    })
+
+
+@pytest.fixture(scope="module")
+def reward_fn(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rewards")
+    (path / "coevo_test_learner_rewards.py").write_text(textwrap.dedent(REWARD_MODULE))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(path))
+        yield "coevo_test_learner_rewards:varied"
+
+
+@pytest.fixture(scope="module")
+def config(reward_fn) -> Config:
+    return make_config(reward_fn)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> pa.Table:
+    return arithmetic(1, ["+"], eval_size=10, seed=0).train.slice(0, 4)
+
+
+@pytest.fixture(scope="module")
+def scored(config, prompts) -> pa.Table:
+    rollouts = Generator(config, None).generate(prompts)
+    verifier = Verifier(config.verifier)
+    try:
+        table = verifier.score(rollouts)
+    finally:
+        verifier.close()
+    assert table.num_rows == 16
+    assert "reward" in table.schema.names and "answer" in table.schema.names
+    assert len(set(table.column("reward").to_pylist())) > 1, "reward should vary for the test to mean anything"
+    return table
+
+
+def weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def changed(before, after) -> list[str]:
+    return [k for k in before if not torch.equal(before[k], after[k])]
+
+
+METRIC_KEYS = ("reward/mean", "reward/std", "reward/varied", "train/loss", "train/pg_loss",
+               "train/clip_frac", "train/neg_logprob", "train/grad_norm", "train/skipped_nonfinite",
+               "train/step_skipped", "train/advantage_abs_mean", "samples/count", "samples/tokens",
+               "samples/response_length", "samples/truncated_frac", "samples/solved_groups_frac",
+               "policy/version_min", "verify/errors/varied")
+
+
+def test_train_step_updates_weights(config, scored):
+    learner = Learner(config)
+    before = weights(learner.model)
+    metrics = learner.train_step(scored)
+    for key in METRIC_KEYS:
+        assert key in metrics, key
+    assert all(math.isfinite(float(v)) for v in metrics.values())
+    assert metrics["train/step_skipped"] == 0
+    assert metrics["train/skipped_nonfinite"] == 0
+    assert metrics["samples/count"] == 16
+    n_resp = int(pa.compute.sum(pa.compute.list_value_length(scored.column("response_ids"))).as_py())
+    n_prompt = int(pa.compute.sum(pa.compute.list_value_length(scored.column("prompt_ids"))).as_py())
+    assert metrics["samples/tokens"] == n_resp + n_prompt
+    assert metrics["samples/response_length"] == pytest.approx(n_resp / 16)
+    assert metrics["reward/mean"] == pytest.approx(float(np.mean(scored.column("reward").to_numpy())))
+    assert metrics["train/advantage_abs_mean"] > 0
+    assert metrics["train/grad_norm"] > 0
+    # The learner starts from the generator's weights (same seed): ratios are ~1, nothing is clipped.
+    assert metrics["train/clip_frac"] == 0
+    assert metrics["verify/errors/varied"] == 0
+    after = weights(learner.model)
+    assert changed(before, after), "a train step must move the weights"
+
+
+def test_behaviour_logprobs_match_learner(config, scored):
+    """The learner's recomputed log-probs of the sampled tokens equal the generator's."""
+    learner = Learner(config)
+    ids, mask, positions, r_ids, r_mask, p_width = learner._sequences(scored)
+    with torch.no_grad():
+        lp = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width)
+    old, _ = B.to_padded(scored.column("behavior_logprobs"), 0.0, torch.float32)
+    assert torch.allclose(lp * r_mask, old * r_mask, atol=1e-4)
+
+
+def test_micro_batches_accumulate_to_the_same_step(config, scored):
+    full = Learner(config).train_step(scored)
+    small = Learner(config.model_copy(update={"algorithm": config.algorithm.model_copy(
+        update={"micro_batch_size": 3})})).train_step(scored)
+    for key in ("train/loss", "train/pg_loss", "train/grad_norm", "train/clip_frac"):
+        assert small[key] == pytest.approx(full[key], rel=1e-4, abs=1e-6), key
+
+
+def test_kl_term_with_reference(reward_fn, scored):
+    learner = Learner(make_config(reward_fn, kl_coef=0.1))
+    assert learner.reference is not None
+    first = learner.train_step(scored)
+    assert first["train/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before any step
+    second = learner.train_step(scored)
+    assert second["train/kl"] > 0
+
+
+def test_nan_behaviour_logprob_skips_step(config, scored):
+    lp = scored.column("behavior_logprobs").combine_chunks()
+    values = lp.flatten().to_numpy().copy()
+    values[0] = np.nan
+    bad_lp = pa.ListArray.from_arrays(lp.offsets, pa.array(values, pa.float32()))
+    bad = scored.set_column(scored.schema.get_field_index("behavior_logprobs"), "behavior_logprobs", bad_lp)
+
+    learner = Learner(config)
+    before = weights(learner.model)
+    metrics = learner.train_step(bad)
+    assert metrics["train/step_skipped"] == 1
+    assert metrics["train/skipped_nonfinite"] == 1
+    assert not changed(before, weights(learner.model))
+    # the next good batch trains normally; the skip count is cumulative
+    metrics = learner.train_step(scored)
+    assert metrics["train/step_skipped"] == 0
+    assert metrics["train/skipped_nonfinite"] == 1
+    assert changed(before, weights(learner.model))
+
+
+def test_nan_policy_loss_skips_step(monkeypatch, config, scored):
+    monkeypatch.setattr(POLICY_LOSSES, "_items", dict(POLICY_LOSSES._items))
+
+    @POLICY_LOSSES.register("nan_loss")
+    def nan_loss(logprobs, old_logprobs, advantages, clip_eps=0.2):
+        loss = logprobs * float("nan")
+        return loss, {"clip_frac": torch.zeros_like(logprobs)}
+
+    learner = Learner(config)
+    learner.algo = config.algorithm.model_copy(update={"policy_loss": "nan_loss"})
+    before = weights(learner.model)
+    metrics = learner.train_step(scored)
+    assert metrics["train/step_skipped"] == 1
+    assert metrics["train/skipped_nonfinite"] == 1
+    assert not changed(before, weights(learner.model))
+
+
+def test_user_advantage_estimator_is_used(monkeypatch, config, scored):
+    monkeypatch.setattr(ADVANTAGES, "_items", dict(ADVANTAGES._items))
+    ADVANTAGES.register("zero")(lambda rewards, groups: torch.zeros_like(rewards))
+    learner = Learner(config)
+    learner.algo = config.algorithm.model_copy(update={"advantage": "zero"})
+    before = weights(learner.model)
+    metrics = learner.train_step(scored)
+    assert metrics["train/advantage_abs_mean"] == 0
+    assert metrics["train/grad_norm"] == 0
+    assert not changed(before, weights(learner.model))  # zero advantage, zero gradient
+
+
+def test_dump_path_writes_advantages(tmp_path, config, scored):
+    learner = Learner(config)
+    path = tmp_path / "rollouts" / "step_1.parquet"
+    learner.train_step(scored, dump_path=str(path))
+    df = pd.read_parquet(path)
+    assert len(df) == scored.num_rows
+    assert "advantages" in df.columns and "reward" in df.columns and "answer" in df.columns
+    groups = torch.from_numpy(pa.compute.dictionary_encode(scored.column("prompt_id")).combine_chunks()
+                              .indices.to_numpy().astype(np.int64))
+    rewards = torch.from_numpy(scored.column("reward").to_numpy().astype(np.float32))
+    expected = ADVANTAGES.get("grpo")(rewards, groups).numpy()
+    for i, (adv, resp) in enumerate(zip(df["advantages"], df["response_ids"])):
+        assert len(adv) == len(resp)  # one value per response token
+        assert np.allclose(adv, expected[i])
+    assert list(df["uid"]) == scored.column("uid").to_pylist()
+
+
+def test_save_loads_with_transformers(tmp_path, config, scored):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    learner = Learner(config)
+    learner.train_step(scored)
+    out = learner.save(str(tmp_path / "ckpt"))
+    assert (tmp_path / "ckpt" / "optimizer.pt").is_file()
+    model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    assert tok("12+3=", add_special_tokens=False)["input_ids"] == \
+        learner.tokenizer("12+3=", add_special_tokens=False)["input_ids"]
+    assert tok.pad_token_id == learner.tokenizer.pad_token_id
+    assert tok.eos_token_id == learner.tokenizer.eos_token_id
+    ids = torch.tensor([tok("12+3=", add_special_tokens=False)["input_ids"]])
+    learner.model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, learner.model(ids).logits, atol=1e-5)
+
+    fresh = Learner(config, model_source=out)  # and the learner can resume from it
+    fresh.load_optimizer(out)
+    assert not changed(weights(learner.model), weights(fresh.model))
+
+
+def test_publish_updates_generator(config, prompts, scored):
+    learner = Learner(config)
+    learner.train_step(scored)
+    gen = Generator(config, None)
+    assert gen.update_weights(1, learner.publish()) == 1
+    out = gen.generate(prompts, n=2)
+    assert out.column("policy_version").to_pylist() == [1] * 8
+    assert not changed(weights(learner.model), weights(gen.backend.model))
+
+
+def test_sft_step_lowers_loss(config, prompts):
+    learner = Learner(config)
+    losses = [learner.sft_step(prompts, lr=3e-3)["warmup/loss"] for _ in range(20)]
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[-1] < 0.8 * losses[0], losses
+    learner.end_warmup()
+    assert learner._sft_lr is None
