@@ -7,12 +7,14 @@ from padded torch tensors work on the lists' offsets and flat values, never row 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
+
+if TYPE_CHECKING:  # torch is imported where tensors are made, so the verifier process stays light
+    import torch
 
 SCHEMA_VERSION = "1"
 VERSION_KEY = b"coevo.schema_version"
@@ -157,6 +159,8 @@ def to_padded(
     width: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """List column -> (padded [rows, width] tensor, lengths). Works on offsets/values directly."""
+    import torch
+
     arr = _combined(column)
     lengths = _lengths(arr)
     values = arr.flatten().to_numpy(zero_copy_only=False)  # respects slicing of the list array

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
 
+    if not (config.ray.address or os.environ.get("RAY_ADDRESS")):
+        # The embedded cluster serves this process only: bind it to loopback (read at ray import).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from orchestrator.run import actor_error_message, run
 
     try:

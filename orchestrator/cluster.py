@@ -18,8 +18,8 @@ def connect(ray_cfg) -> str:
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return f"joined Ray cluster at {address}"
-    ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard,
-             _node_ip_address="127.0.0.1", runtime_env=env, logging_level=logging.WARNING)
+    ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, runtime_env=env,
+             logging_level=logging.WARNING)
     where = ray.get_runtime_context().gcs_address
     return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})"
 
