@@ -120,17 +120,18 @@ class Learner:
                                                   r_ids[rows], p_width)
                 kl = kl_k3(logp, ref_lp)
                 loss = loss + self.algo.kl_coef * kl
-                sums["kl"] += float((kl * m).sum())
+                sums["kl"] += (kl.detach() * m).sum().item()
             # Token-mean over the whole batch: each micro-batch divides by the batch's token count.
             total = (loss * m).sum() / max(n_tokens, 1)
             if not torch.isfinite(total):
                 finite = False
                 break
             total.backward()
-            sums["loss"] += total.item()
-            sums["pg_loss"] += float((pg * m).sum())
-            sums["clip_frac"] += float((stats["clip_frac"] * m).sum())
-            sums["entropy_proxy"] += float((-logp.detach() * m).sum())
+            with torch.no_grad():
+                sums["loss"] += total.item()
+                sums["pg_loss"] += (pg * m).sum().item()
+                sums["clip_frac"] += (stats["clip_frac"] * m).sum().item()
+                sums["entropy_proxy"] += (-logp * m).sum().item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.grad_clip)
         if finite and torch.isfinite(grad_norm):
             self.optimizer.step()
