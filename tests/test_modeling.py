@@ -1,0 +1,52 @@
+"""Models and tokenizers without a hub: the tiny factory and local HF directories."""
+
+import pytest
+import torch
+
+from actors import modeling
+from actors.generator import Generator
+from orchestrator.config import validate_config
+
+SMALL = {"tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                  "intermediate_size": 64}}
+
+
+def test_char_tokenizer_round_trips_text():
+    tok = modeling.char_tokenizer()
+    text = "12+34=46\nThe answer: x y"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text)  # one token per character
+    assert tok.decode(ids) == text
+    assert tok.decode(ids + [tok.eos_token_id], skip_special_tokens=True) == text
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_tiny_model_archs(arch):
+    tok = modeling.char_tokenizer()
+    model = modeling.tiny_model(tok, arch=arch, hidden_size=32, num_layers=1, num_heads=2,
+                                num_kv_heads=1, intermediate_size=64)
+    assert model.config.model_type == arch
+    out = model(torch.tensor([[4, 5, 6]]))
+    assert out.logits.shape == (1, 3, len(tok))
+
+
+def test_model_from_local_directory_generates(tmp_path):
+    """model.path: any HF model + tokenizer saved in a local directory (here a tiny one)."""
+    tok = modeling.char_tokenizer()
+    model = modeling.tiny_model(tok, arch="llama", hidden_size=32, num_layers=1, num_heads=2,
+                                num_kv_heads=1, intermediate_size=64)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    config = validate_config({"model": {"path": str(tmp_path)}, "rollout": {"max_new_tokens": 3}})
+    gen = Generator(config, None)
+    assert gen.backend.model.config.model_type == "llama"
+    import pyarrow as pa
+    out = gen.generate(pa.table({"prompt_id": ["a"], "prompt": ["1+1="], "answer": ["2"]}), n=4)
+    assert out.num_rows == 4
+    assert out.column("answer").to_pylist() == ["2"] * 4
+
+
+def test_missing_model_directory_is_named(tmp_path):
+    config = validate_config({"model": {"path": str(tmp_path / "nope")}})
+    with pytest.raises(FileNotFoundError, match="nope"):
+        modeling.build(config.model, seed=0)
