@@ -10,6 +10,11 @@ peak of the sum is reported, with a breakdown by process name.
     python benchmarks/learning_curve.py --repeats 3
     python benchmarks/learning_curve.py --repeats 3 -- train.max_steps=100 rollout.samples_per_prompt=4
 
+PSS splits each shared page among the processes that map it, so the sum over the run's processes
+counts shared libraries (libtorch, ...) once; the pages are also shared with any other process on the
+machine mapping the same files (another Ray run, a test), which lowers this run's PSS a little. Peak
+USS (private pages only) and RSS (shared pages counted in every process) are recorded as bounds.
+
 Prints a markdown table (one row per repeat, then min/median/max) and writes the raw numbers,
 the per-step learning curve and machine info to benchmarks/results/learning_curve_<label>.json.
 Timings share the machine with whatever else runs on it: each repeat records the load average and
@@ -73,7 +78,7 @@ def process_label(proc: psutil.Process) -> str:
     return base
 
 
-PLACEHOLDER_LABELS = ("?", "ray worker (starting)", "ray::IDLE")
+PLACEHOLDER_LABELS = ("?", "ray worker (starting)", "ray::IDLE", "bash", "sh")
 
 
 class TreeSampler(threading.Thread):
@@ -89,7 +94,8 @@ class TreeSampler(threading.Thread):
         self.stop_event = threading.Event()
         self.procs: dict[int, psutil.Process] = {}
         self.labels: dict[int, str] = {}
-        self.series: list[tuple[float, dict[int, int]]] = []  # (t, {pid: pss bytes})
+        self.series: list[tuple[float, dict[int, int]]] = []  # (t, {pid: PSS bytes})
+        self.uss_rss: list[tuple[int, int]] = []  # per sample: (sum of USS, sum of RSS) bytes
         self.cpu_s: dict[int, float] = {}  # last seen user+system CPU seconds per process
         self.sample_wall_s = 0.0
         self.sampler_cpu_s = 0.0  # this thread's own CPU time (mostly the kernel walking page tables)
@@ -109,19 +115,22 @@ class TreeSampler(threading.Thread):
             if known is None or known.create_time() != p.create_time():  # new, or the pid was reused
                 self.procs[p.pid] = p
                 self.labels[p.pid] = process_label(p)
-            elif self.labels[p.pid] in PLACEHOLDER_LABELS:  # a starting/idle worker may become an actor
-                label = process_label(p)
-                if label != "?":
-                    self.labels[p.pid] = label
+                continue
+            # Re-read the name: a Ray worker may start as `bash`/`default_worker.py`, exec, turn into
+            # ray::IDLE and then into its actor; keep the most specific name seen.
+            label, old = process_label(p), self.labels[p.pid]
+            if label != "?" and (label not in PLACEHOLDER_LABELS or old in PLACEHOLDER_LABELS
+                                 or not old.startswith("ray::")):
+                self.labels[p.pid] = label
 
     def sample(self) -> None:
         start = time.monotonic()
         self._discover()
-        row = {}
+        row, uss, rss = {}, 0, 0
         for pid, p in list(self.procs.items()):
             try:
                 with p.oneshot():
-                    pss = p.memory_full_info().pss
+                    mem = p.memory_full_info()
                     cpu = p.cpu_times()
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
@@ -129,8 +138,10 @@ class TreeSampler(threading.Thread):
                 self.errors += 1
                 continue
             self.cpu_s[pid] = cpu.user + cpu.system
-            row[pid] = pss
+            row[pid] = mem.pss
+            uss, rss = uss + mem.uss, rss + mem.rss
         self.series.append((round(start - self.t0, 3), row))
+        self.uss_rss.append((uss, rss))
         self.sample_wall_s += time.monotonic() - start
 
     def alive(self) -> list[psutil.Process]:
@@ -166,7 +177,9 @@ class TreeSampler(threading.Thread):
         at_peak: dict[str, int] = {}
         for pid, pss in (self.series[i][1].items() if i is not None else ()):
             at_peak[self.labels[pid]] = at_peak.get(self.labels[pid], 0) + pss
-        return {"peak": totals[i] if totals else 0, "peak_at_s": self.series[i][0] if totals else None,
+        return {"peak": totals[i] if totals else 0,
+                "peak_uss": max((u for u, _ in self.uss_rss), default=0),
+                "peak_rss": max((r for _, r in self.uss_rss), default=0), "peak_at_s": self.series[i][0] if totals else None,
                 "at_peak": at_peak, "by_label": by_label_peak, "by_pid": by_pid_peak,
                 "peak_processes": max((len(r) for _, r in self.series), default=0),
                 "timeline": [(t, sum(r.values()), len(r)) for t, r in self.series]}
@@ -222,6 +235,7 @@ def run_once(index: int, overrides: list[str], interval: float, keep: Path | Non
                     "cpu_s_run_tree": tree_cpu_s, "cpu_s_machine": machine_cpu_s,
                     "cpu_s_other_processes": max(0.0, machine_cpu_s - tree_cpu_s - sampler.sampler_cpu_s),
                     "peak_pss_gib": rep["peak"] / GIB, "peak_pss_at_s": rep["peak_at_s"],
+                    "peak_uss_gib": rep["peak_uss"] / GIB, "peak_rss_gib": rep["peak_rss"] / GIB,
                     "peak_pss_breakdown_gib": _gib(rep["at_peak"]),
                     "peak_pss_by_label_gib": _gib(rep["by_label"]),
                     "peak_pss_by_process": sorted(
@@ -365,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = [r for r in results if "error" not in r]
     labels = sorted({k for r in ok for k in r["peak_pss_by_label_gib"]},
                     key=lambda k: -max(r["peak_pss_by_label_gib"].get(k, 0) for r in ok))
+    for key, name in (("peak_uss_gib", "USS (private only)"), ("peak_rss_gib", "RSS (shared pages counted in full)")):
+        vals = [r[key] for r in results]
+        print(f"peak {name}: {min(vals):.2f} / {statistics.median(vals):.2f} / {max(vals):.2f} GiB (min/median/max)")
     print("\npeak PSS by process (GiB, max over repeats; each label's own peak, so they can sum past the total):")
     for k in labels:
         print(f"  {k:32s} {max(r['peak_pss_by_label_gib'].get(k, 0) for r in ok):.3f}")

@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # `module:function` reward code in the current directory must import here as it does in the
+    # actors (which get the cwd on PYTHONPATH); a console script's sys.path lacks the cwd. Appended,
+    # so an installed coevo still wins over a copy in the cwd.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     parser = _parser()
     # Overrides may come after flags (`coevo run cfg.yaml --seed 1 a.b=2`): collect the leftovers.
     args, extra = parser.parse_known_args(argv)

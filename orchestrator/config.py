@@ -16,6 +16,14 @@ PIPELINES_DIR = Path(__file__).resolve().parent.parent / "pipelines"
 DEFAULT_RECIPE = "grpo_addition"
 
 
+def registered(value: str, registry) -> str:
+    """A name must be in its registry (or be a `module:function` path)."""
+    if value not in registry:
+        raise ValueError(f"unknown {registry.kind} {value!r}; accepted: {registry.names()} "
+                         "(or a 'module:function' path)")
+    return value
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -79,9 +87,7 @@ class RolloutConfig(Section):
     @classmethod
     def _known_backend(cls, v: str) -> str:
         from actors.generation import BACKENDS
-        if v not in BACKENDS:
-            raise ValueError(f"unknown backend {v!r}; accepted: {BACKENDS.names()}")
-        return v
+        return registered(v, BACKENDS)
 
 
 class RewardSpec(Section):
@@ -93,10 +99,7 @@ class RewardSpec(Section):
     @model_validator(mode="after")
     def _known_fn(self) -> "RewardSpec":
         from actors.rewards import REWARD_FUNCTIONS
-        fn = self.fn or self.name
-        if fn not in REWARD_FUNCTIONS:
-            raise ValueError(f"unknown reward function {fn!r}; built-ins: "
-                             f"{REWARD_FUNCTIONS.names()} (or 'module:function')")
+        registered(self.fn or self.name, REWARD_FUNCTIONS)
         return self
 
 
@@ -141,17 +144,13 @@ class AlgorithmConfig(Section):
     @classmethod
     def _known_adv(cls, v: str) -> str:
         from actors.algorithms import ADVANTAGES
-        if v not in ADVANTAGES:
-            raise ValueError(f"unknown advantage estimator {v!r}; accepted: {ADVANTAGES.names()}")
-        return v
+        return registered(v, ADVANTAGES)
 
     @field_validator("policy_loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
         from actors.algorithms import POLICY_LOSSES
-        if v not in POLICY_LOSSES:
-            raise ValueError(f"unknown policy loss {v!r}; accepted: {POLICY_LOSSES.names()}")
-        return v
+        return registered(v, POLICY_LOSSES)
 
 
 class WarmupConfig(Section):
