@@ -4,7 +4,10 @@ Runs `coevo run` (the default recipe, `pipelines/grpo_addition.yaml`) as a subpr
 empty warm-up cache, so every repeat pays for Ray start-up, the SFT warm-up and GRPO. While it runs,
 the proportional set size (PSS) of the subprocess and all its descendants (the embedded Ray's
 gcs_server, raylet, dashboard/agent processes and the actor workers) is sampled every ~0.2 s; the
-peak of the sum is reported, with a breakdown by process name.
+peak of the sum is reported, with a breakdown by process name. Reading a torch process's PSS costs
+the kernel ~5-10 ms of page-table walking, so by default a process's PSS is re-read only when its
+RSS moved by > 2 MiB or its last read is > 2 s old (PSS in between = last PSS + RSS change): about
+5% of one core instead of ~20%. `--exact-pss` reads every process at every sample.
 
     python benchmarks/learning_curve.py                       # one repeat
     python benchmarks/learning_curve.py --repeats 3
@@ -28,6 +31,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -54,8 +58,11 @@ def process_label(proc: psutil.Process) -> str:
         cmdline = proc.cmdline()
     except (psutil.Error, OSError):
         return "?"
-    if not cmdline:
-        return proc.name()
+    if not cmdline:  # kernel thread or exiting process
+        try:
+            return proc.name()
+        except (psutil.Error, OSError):
+            return "?"
     head = cmdline[0]
     if head.startswith("ray::"):  # Ray workers rename themselves (setproctitle)
         return head.split()[0].split(".")[0]
@@ -100,6 +107,7 @@ class TreeSampler(threading.Thread):
         self.exact, self.refresh, self.max_age_s = exact, refresh_mib * 2 ** 20, max_age_s
         self.last: dict[int, tuple[float, int, int, int]] = {}  # pid -> (t, rss, pss, uss) of the last read
         self.reads = self.estimates = 0
+        self.discover_every_s, self.discovered_at = max(interval, 0.5), float("-inf")
         self.stop_event = threading.Event()
         self.procs: dict[int, psutil.Process] = {}
         self.labels: dict[int, str] = {}
@@ -135,7 +143,9 @@ class TreeSampler(threading.Thread):
 
     def sample(self) -> None:
         start = time.monotonic()
-        self._discover()
+        if start - self.discovered_at >= self.discover_every_s:  # walks all of /proc: not every tick
+            self._discover()
+            self.discovered_at = start
         row, uss, rss = {}, 0, 0
         for pid, p in list(self.procs.items()):
             try:
@@ -197,9 +207,9 @@ class TreeSampler(threading.Thread):
         at_peak: dict[str, int] = {}
         for pid, pss in (self.series[i][1].items() if i is not None else ()):
             at_peak[self.labels[pid]] = at_peak.get(self.labels[pid], 0) + pss
-        return {"peak": totals[i] if totals else 0,
+        return {"peak": totals[i] if totals else 0, "peak_at_s": self.series[i][0] if totals else None,
                 "peak_uss": max((u for u, _ in self.uss_rss), default=0),
-                "peak_rss": max((r for _, r in self.uss_rss), default=0), "peak_at_s": self.series[i][0] if totals else None,
+                "peak_rss": max((r for _, r in self.uss_rss), default=0),
                 "at_peak": at_peak, "by_label": by_label_peak, "by_pid": by_pid_peak,
                 "peak_processes": max((len(r) for _, r in self.series), default=0),
                 "timeline": [(t, sum(r.values()), len(r)) for t, r in self.series]}
@@ -234,9 +244,20 @@ def run_once(index: int, overrides: list[str], interval: float, keep: Path | Non
         sampler.start()
         try:
             rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
+        except subprocess.TimeoutExpired:  # let the driver shut Ray down, then end what is left of the tree
+            print(f"[{index}] timed out after {timeout_s:.0f}s; interrupting", file=sys.stderr)
+            proc.send_signal(signal.SIGINT)
+            try:
+                rc = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+            time.sleep(1)
+            for p in sampler.alive():
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
         wall_s = time.perf_counter() - t0
     # Ray daemons should be gone with the driver; give them a moment, then note any that linger.
     deadline = time.monotonic() + 10
@@ -249,11 +270,15 @@ def run_once(index: int, overrides: list[str], interval: float, keep: Path | Non
     busy = lambda c: c.user + c.nice + c.system + c.irq + c.softirq + getattr(c, "steal", 0.0)  # noqa: E731
     machine_cpu_s = busy(sys_cpu1) - busy(sys_cpu0)
     tree_cpu_s = sum(sampler.cpu_s.values())
+    cpu_by_label: dict[str, float] = {}
+    for pid, cpu in sampler.cpu_s.items():
+        cpu_by_label[sampler.labels[pid]] = cpu_by_label.get(sampler.labels[pid], 0.0) + cpu
 
     rep = sampler.report()
     result: dict = {"repeat": index, "returncode": rc, "command": cmd, "wall_s": wall_s,
                     "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
                     "cpu_s_run_tree": tree_cpu_s, "cpu_s_machine": machine_cpu_s,
+                    "cpu_s_by_label": dict(sorted(cpu_by_label.items(), key=lambda kv: -kv[1])),
                     "cpu_s_other_processes": max(0.0, machine_cpu_s - tree_cpu_s - sampler.sampler_cpu_s),
                     "peak_pss_gib": rep["peak"] / GIB, "peak_pss_at_s": rep["peak_at_s"],
                     "peak_uss_gib": rep["peak_uss"] / GIB, "peak_rss_gib": rep["peak_rss"] / GIB,
