@@ -94,6 +94,9 @@ class Learner:
 
         table = B.concat(list(tables))
         B.validate(table, required=[*B.CORE_FIELDS, "reward"])
+        if pc.count_distinct(table.column("uid")).as_py() != table.num_rows:  # exactly-once accounting
+            raise B.BatchError(f"train batch has repeated uids: {table.num_rows} rows, "
+                               f"{pc.count_distinct(table.column('uid')).as_py()} distinct")
         rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
         groups = torch.from_numpy(pc.dictionary_encode(table.column("prompt_id")).combine_chunks()
                                   .indices.to_numpy().astype(np.int64))

@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ConfigError as e:  # found once Ray is up (e.g. resources the local cluster lacks)
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     except Exception as e:  # noqa: BLE001  (one clear line, the traceback is in the actor logs)
         print(f"error: {actor_error_message(e)}", file=sys.stderr)
         return 1

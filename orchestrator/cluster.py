@@ -10,18 +10,35 @@ import sys
 import ray
 
 
-def connect(ray_cfg) -> str:
-    """Start or join Ray; returns a one-line description for the user."""
+def connect(ray_cfg) -> tuple[str, bool]:
+    """Start or join Ray; returns a one-line description and whether the cluster is local."""
     address = ray_cfg.address or os.environ.get("RAY_ADDRESS")
     # Workers must import the user's `module:function` code the way the driver does.
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)}}
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
-        return f"joined Ray cluster at {address}"
+        return f"joined Ray cluster at {address}", False
     ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, runtime_env=env,
              logging_level=logging.WARNING)
     where = ray.get_runtime_context().gcs_address
-    return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})"
+    return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
+
+
+def check_resources(config, local: bool) -> None:
+    """An embedded cluster never grows: asking for more than it has would wait forever."""
+    r, a, v = config.rollout, config.algorithm, config.verifier
+    want = {"CPU": r.replicas * r.num_cpus + a.num_cpus + v.num_cpus, "GPU": r.replicas * r.num_gpus + a.num_gpus}
+    have = ray.cluster_resources()
+    short = {k: (n, have.get(k, 0)) for k, n in want.items() if n > have.get(k, 0)}
+    if not short:
+        return
+    text = ", ".join(f"{n:g} {k} (the cluster has {h:g})" for k, (n, h) in short.items())
+    msg = (f"the actors ask for {text}: see rollout.replicas, rollout.num_cpus/num_gpus, "
+           f"algorithm.num_cpus/num_gpus, verifier.num_cpus")
+    if local:
+        from orchestrator.config import ConfigError
+        raise ConfigError(msg + " (or ray.num_cpus for the local cluster)")
+    logging.getLogger("coevo").warning("%s; waiting for the autoscaler to add nodes", msg)
 
 
 def shutdown() -> None:

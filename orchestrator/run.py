@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -53,7 +54,9 @@ def create_actors(config: Config, model_source: str | None):
 
 async def _run(config: Config, run_dir: Path, resume_from: Path | None, progress: RunProgress) -> dict:
     t_start = time.perf_counter()
-    progress.print(cluster.connect(config.ray))
+    where, local = cluster.connect(config.ray)
+    progress.print(where)
+    cluster.check_resources(config, local)
     t_ray = time.perf_counter() - t_start
     prompts = load_prompts(config.data, config.seed)
     state = json.loads((resume_from / STATE_FILE).read_text()) if resume_from else None
@@ -112,9 +115,19 @@ def run(config: Config, run_dir: Path | None = None, resume: bool = False) -> di
 
 
 def actor_error_message(exc: BaseException) -> str:
-    """Ray wraps actor failures; surface the role and the cause in one line."""
+    """Ray wraps actor failures in layers; say in one line which role failed and why."""
+    text = str(exc)
     if isinstance(exc, ray.exceptions.RayActorError):
-        return f"a Ray actor died: {exc}"
+        init = re.search(r"ray::(\w+)\.__init__", text)
+        if init:
+            cause = text.strip().splitlines()[-1]
+            return f"the {init.group(1)} actor failed to start: {cause}"
+        name = re.search(r"class_name: (\w+)", text)
+        pid = re.search(r"\tpid: (\d+)", text)
+        detail = re.search(r"Worker exit detail: (.+?\.)", text)
+        return (f"the {name.group(1) if name else 'a Ray'} actor died"
+                f"{f' (pid {pid.group(1)})' if pid else ''}: "
+                f"{detail.group(1) if detail else 'see the Ray logs'} The run cannot go on without it.")
     if isinstance(exc, ray.exceptions.RayTaskError):
         cause = exc.cause
         while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:

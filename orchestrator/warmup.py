@@ -14,9 +14,16 @@ from orchestrator.data import PromptSampler
 def cache_path(config) -> Path:
     """Cache key: everything that changes the warm model (not where the cache lives)."""
     key = {"model": config.model.model_dump(), "data": config.data.model_dump(), "seed": config.seed,
-           "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"})}
+           "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
+           "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p]}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return Path(config.warmup.cache_dir).expanduser() / digest
+
+
+def _stamp(path: str) -> list:
+    """An edited dataset or model directory must not reuse a stale warm model."""
+    st = Path(path).expanduser().stat()
+    return [str(Path(path).expanduser().resolve()), st.st_size, st.st_mtime_ns]
 
 
 def cached(config) -> tuple[Path | None, dict]:

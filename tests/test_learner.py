@@ -247,3 +247,20 @@ def test_sft_step_lowers_loss(config, prompts):
     assert losses[-1] < 0.8 * losses[0], losses
     learner.end_warmup()
     assert learner._sft_lr is None
+
+
+def test_repeated_uid_is_refused():
+    """Exactly-once accounting: a sample offered twice in one train batch is an error, not a double count."""
+    import pyarrow as pa
+    from orchestrator import batch as B
+    from actors.learner import Learner
+    from orchestrator.config import validate_config
+    from actors.generator import Generator
+
+    cfg = validate_config({"model": {"tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                                             "num_kv_heads": 1, "intermediate_size": 64}},
+                           "rollout": {"max_new_tokens": 2, "samples_per_prompt": 2}})
+    rollout = Generator(cfg, None).generate(pa.table({"prompt_id": ["a"], "prompt": ["1+1="], "answer": ["2"]}))
+    rollout = rollout.append_column("reward", pa.array([1.0, 0.0], pa.float32()))
+    with pytest.raises(B.BatchError, match="repeated uids"):
+        Learner(cfg).train_step(rollout, rollout)

@@ -93,6 +93,12 @@ def chatty(prompt, response, answer, **_):
     os.write(1, b"\\x10\\x00\\x00\\x00raw bytes on fd 1\\n")
     return 0.5 if response == answer else 0.0
 
+def dies(prompt, response, answer, **_):
+    if response == "die":
+        import os
+        os._exit(3)  # takes the reward process down, not just this call
+    return 1.0
+
 def weighted(prompt, response, answer, **_):
     if response == "bad":
         raise ValueError("cannot score")
@@ -120,6 +126,17 @@ def test_sandbox_scores_user_function(user_module):
     finally:
         sb.close()
     assert out == [(1.0, None), (0.0, None), (1.0, None), (0.0, None)]
+
+
+def test_sandbox_process_death_marks_sample_and_restarts(user_module):
+    sb = RewardSandbox({"d": f"{user_module}:dies"})
+    try:
+        out = sb.score([item("d", "a"), item("d", "die"), item("d", "b")], {"d": 5.0})
+    finally:
+        sb.close()
+    assert out[0] == (1.0, None) and out[2] == (1.0, None)
+    assert out[1][0] is None and "reward process died (exit code 3)" in out[1][1]
+    assert sb.restarts == 1
 
 
 def test_sandbox_exception_becomes_error(user_module):

@@ -170,3 +170,37 @@ def test_user_dataset_and_reward_function(ray_env, tmp_path) -> None:
     assert 0 < errors < sum(r["samples/count"] for r in rows)
     assert rows[-1]["eval/errors/mine"] > 0
     assert (run_dir / "checkpoints" / "final" / "config.json").is_file()
+
+
+KILLER = '''
+import os, signal
+
+def score(prompt, response, answer, **_):
+    os.kill(os.getppid(), signal.SIGKILL)  # the parent of the reward process is the verifier actor
+    return 0.0
+'''
+
+
+@pytest.mark.slow
+def test_dead_actor_stops_the_run_with_a_clear_error(ray_env, tmp_path) -> None:
+    """A dead actor is not silently waited on: the run ends, naming the actor that died."""
+    (tmp_path / "killer.py").write_text(KILLER)
+    cmd = [str(BIN / "coevo")] if (BIN / "coevo").is_file() else [sys.executable, "-m", "orchestrator.cli"]
+    args = [*SMALL, "warmup.enabled=false", "train.max_steps=3", "verifier.rewards=[{name: k, fn: 'killer:score'}]",
+            "--output-dir", str(tmp_path / "run")]
+    proc = subprocess.run([*cmd, "run", *args], cwd=tmp_path, env=ray_env, capture_output=True, text=True,
+                          timeout=180, start_new_session=True)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the Verifier actor died"), proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_local_cluster_without_the_asked_gpus_is_a_config_error(ray_env, tmp_path) -> None:
+    """An embedded cluster never grows, so a GPU it lacks would be waited for forever: exit 2 instead."""
+    cmd = [str(BIN / "coevo")] if (BIN / "coevo").is_file() else [sys.executable, "-m", "orchestrator.cli"]
+    proc = subprocess.run([*cmd, "run", *SMALL, "rollout.num_gpus=1", "--output-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=ray_env, capture_output=True, text=True, timeout=120,
+                          start_new_session=True)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 GPU (the cluster has 0)" in proc.stderr and "rollout.num_cpus/num_gpus" in proc.stderr
