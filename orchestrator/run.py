@@ -45,7 +45,7 @@ def create_actors(config: Config, model_source: str | None):
     from actors.verifier import VerifierActor
 
     r, a = config.rollout, config.algorithm
-    learner = LearnerActor.options(num_cpus=a.num_cpus, num_gpus=a.num_gpus, name=None).remote(config, model_source)
+    learner = LearnerActor.options(num_cpus=a.num_cpus, num_gpus=a.num_gpus).remote(config, model_source)
     generators = [GeneratorActor.options(num_cpus=r.num_cpus, num_gpus=r.num_gpus).remote(config, model_source, i)
                   for i in range(r.replicas)]
     verifiers = [VerifierActor.options(num_cpus=config.verifier.num_cpus).remote(config.verifier)]
@@ -87,7 +87,7 @@ async def _run(config: Config, run_dir: Path, resume_from: Path | None, progress
                "eval/accuracy": last.get("eval/accuracy", ctx.last_eval.get("eval/accuracy")),
                "time/total_s": time.perf_counter() - t_start, "time/ray_start_s": t_ray,
                "time/warmup_s": t_warm, "time/train_s": t_grpo, "plots": [str(p) for p in plots],
-               **{k: v for k, v in warm_info.items()}}
+               **warm_info}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -50,3 +50,24 @@ def test_missing_model_directory_is_named(tmp_path):
     config = validate_config({"model": {"path": str(tmp_path / "nope")}})
     with pytest.raises(FileNotFoundError, match="nope"):
         modeling.build(config.model, seed=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_generate_and_train_on_gpu():
+    """The same generator and learner code on a CUDA device (skipped on CPU-only machines)."""
+    import pyarrow as pa
+
+    from actors.learner import Learner
+    from actors.verifier import Verifier
+
+    config = validate_config({"model": SMALL, "rollout": {"num_gpus": 1, "max_new_tokens": 3},
+                              "algorithm": {"num_gpus": 1}})
+    gen, learner, verifier = Generator(config, None), Learner(config), Verifier(config.verifier)
+    try:
+        batch = gen.generate(pa.table({"prompt_id": ["a", "b"], "prompt": ["1+1=", "2+2="], "answer": ["2", "4"]}))
+        metrics = learner.train_step(verifier.score(batch))
+    finally:
+        verifier.close()
+    assert next(learner.model.parameters()).is_cuda
+    assert metrics["samples/count"] == 2 * config.rollout.samples_per_prompt
