@@ -173,7 +173,8 @@ class Learner:
             "samples/response_length": n_tokens / max(table.num_rows, 1),
             "samples/truncated_frac": float(pc.mean(pc.equal(pc.cast(table.column("finish_reason"),
                                                                     pa.string()), "length")).as_py()),
-            "samples/solved_groups_frac": float((lo == hi).float().mean()) if n_groups else 0.0,
+            # groups whose samples all got the same reward carry no GRPO signal
+            "samples/uniform_reward_groups_frac": float((lo == hi).float().mean()) if n_groups else 0.0,
             "policy/version_min": int(pc.min(table.column("policy_version")).as_py()),
         }
         if self.reference is not None:

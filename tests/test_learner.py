@@ -86,7 +86,7 @@ def changed(before, after) -> list[str]:
 METRIC_KEYS = ("reward/mean", "reward/std", "reward/varied", "train/loss", "train/pg_loss",
                "train/clip_frac", "train/neg_logprob", "train/grad_norm", "train/skipped_nonfinite",
                "train/step_skipped", "train/advantage_abs_mean", "samples/count", "samples/tokens",
-               "samples/response_length", "samples/truncated_frac", "samples/solved_groups_frac",
+               "samples/response_length", "samples/truncated_frac", "samples/uniform_reward_groups_frac",
                "policy/version_min", "verify/errors/varied")
 
 
