@@ -21,6 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+COEVO = [str(BIN / "coevo")] if (BIN / "coevo").is_file() else [sys.executable, "-m", "orchestrator.cli"]
 
 SMALL = [
     "data.arithmetic.digits=1", "data.eval_size=32",
@@ -55,8 +56,7 @@ def ray_env():
 def coevo(args: list[str], env: dict, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
     """Run `coevo run ARGS` in its own process group; on timeout the group (the driver and the local
     cluster it started) is killed, so nothing outlives the test."""
-    cmd = [str(BIN / "coevo")] if (BIN / "coevo").is_file() else [sys.executable, "-m", "orchestrator.cli"]
-    proc = subprocess.Popen([*cmd, "run", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*COEVO, "run", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -185,10 +185,9 @@ def score(prompt, response, answer, **_):
 def test_dead_actor_stops_the_run_with_a_clear_error(ray_env, tmp_path) -> None:
     """A dead actor is not silently waited on: the run ends, naming the actor that died."""
     (tmp_path / "killer.py").write_text(KILLER)
-    cmd = [str(BIN / "coevo")] if (BIN / "coevo").is_file() else [sys.executable, "-m", "orchestrator.cli"]
     args = [*SMALL, "warmup.enabled=false", "train.max_steps=3", "verifier.rewards=[{name: k, fn: 'killer:score'}]",
             "--output-dir", str(tmp_path / "run")]
-    proc = subprocess.run([*cmd, "run", *args], cwd=tmp_path, env=ray_env, capture_output=True, text=True,
+    proc = subprocess.run([*COEVO, "run", *args], cwd=tmp_path, env=ray_env, capture_output=True, text=True,
                           timeout=180, start_new_session=True)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -198,8 +197,7 @@ def test_dead_actor_stops_the_run_with_a_clear_error(ray_env, tmp_path) -> None:
 @pytest.mark.slow
 def test_local_cluster_without_the_asked_gpus_is_a_config_error(ray_env, tmp_path) -> None:
     """An embedded cluster never grows, so a GPU it lacks would be waited for forever: exit 2 instead."""
-    cmd = [str(BIN / "coevo")] if (BIN / "coevo").is_file() else [sys.executable, "-m", "orchestrator.cli"]
-    proc = subprocess.run([*cmd, "run", *SMALL, "rollout.num_gpus=1", "--output-dir", str(tmp_path / "run")],
+    proc = subprocess.run([*COEVO, "run", *SMALL, "rollout.num_gpus=1", "--output-dir", str(tmp_path / "run")],
                           cwd=tmp_path, env=ray_env, capture_output=True, text=True, timeout=120,
                           start_new_session=True)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
