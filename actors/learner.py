@@ -88,9 +88,10 @@ class Learner:
 
     # ---- RL step -------------------------------------------------------------------------------
     def train_step(self, *tables: pa.Table, dump_path: str | None = None) -> dict[str, float]:
-        """One optimizer step on the concatenated batches (one row per sampled response)."""
-        from actors.algorithms import ADVANTAGES, POLICY_LOSSES
-        from actors.algorithms.losses import kl_k3
+        """`algorithm.mini_batches` optimizer steps on the concatenated batches (one row per sampled
+        response); with more than one, later steps are off-policy by a few updates and the clipped
+        ratio against `behavior_logprobs` corrects for it (PPO-style)."""
+        from actors.algorithms import ADVANTAGES
 
         table = B.concat(list(tables))
         B.validate(table, required=[*B.CORE_FIELDS, "reward"])
@@ -103,38 +104,63 @@ class Learner:
         advantages = ADVANTAGES.get(self.algo.advantage)(rewards, groups)
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
+        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask,
+                    old_lp=old_lp, adv=advantages)
         n_tokens = int(r_mask.sum())
-        loss_fn = POLICY_LOSSES.get(self.algo.policy_loss)
 
-        self.optimizer.zero_grad(set_to_none=True)
+        n = table.num_rows
+        order = torch.randperm(n) if self.algo.mini_batches > 1 else torch.arange(n)
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "entropy_proxy": 0.0}
-        mb = self.algo.micro_batch_size
+        norms, skipped = [], 0
+        for rows in order.chunk(min(self.algo.mini_batches, n)):
+            ok, norm = self._update(rows, data, p_width, sums)
+            norms.append(norm)
+            skipped += not ok
+        grad_norm = torch.tensor(norms).mean()
+        finite = skipped == 0
+
+        if dump_path:
+            adv_tokens = B.list_column(np.repeat(advantages.numpy(), r_mask.sum(1).numpy()),
+                                       r_mask.sum(1).numpy(), pa.float32())
+            B.dump_parquet(table.append_column("advantages", adv_tokens), dump_path)
+        return self._metrics(table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite)
+
+    def _update(self, rows: torch.Tensor, d: dict, p_width: int, sums: dict) -> tuple[bool, float]:
+        """One optimizer step on `rows`, token-mean over their response tokens, in micro-batches.
+        A non-finite loss or gradient skips the step (counted, warned) instead of poisoning weights."""
+        from actors.algorithms import POLICY_LOSSES
+        from actors.algorithms.losses import kl_k3
+
+        loss_fn = POLICY_LOSSES.get(self.algo.policy_loss)
+        tokens = max(int(d["r_mask"][rows].sum()), 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        part = {k: 0.0 for k in sums}
         finite = True
-        for start in range(0, table.num_rows, mb):
-            rows = slice(start, start + mb)
-            m = r_mask[rows].to(self.device).float()
-            logp = self._token_logprobs(self.model, ids[rows], mask[rows], positions[rows], r_ids[rows], p_width)
-            adv = advantages[rows].to(self.device)[:, None]
-            pg, stats = loss_fn(logp, old_lp[rows].to(self.device), adv, clip_eps=self.algo.clip_eps)
+        for mb in rows.split(self.algo.micro_batch_size):
+            m = d["r_mask"][mb].to(self.device).float()
+            logp = self._token_logprobs(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
+                                        d["r_ids"][mb], p_width)
+            adv = d["adv"][mb].to(self.device)[:, None]
+            pg, stats = loss_fn(logp, d["old_lp"][mb].to(self.device), adv, clip_eps=self.algo.clip_eps)
             loss = pg
             if self.reference is not None:
                 with torch.no_grad():
-                    ref_lp = self._token_logprobs(self.reference, ids[rows], mask[rows], positions[rows],
-                                                  r_ids[rows], p_width)
+                    ref_lp = self._token_logprobs(self.reference, d["ids"][mb], d["mask"][mb],
+                                                  d["positions"][mb], d["r_ids"][mb], p_width)
                 kl = kl_k3(logp, ref_lp)
                 loss = loss + self.algo.kl_coef * kl
-                sums["kl"] += (kl.detach() * m).sum().item()
-            # Token-mean over the whole batch: each micro-batch divides by the batch's token count.
-            total = (loss * m).sum() / max(n_tokens, 1)
+                part["kl"] += (kl.detach() * m).sum().item()
+            # Each micro-batch divides by the update's token count: a token-mean over the update.
+            total = (loss * m).sum() / tokens
             if not torch.isfinite(total):
                 finite = False
                 break
             total.backward()
             with torch.no_grad():
-                sums["loss"] += total.item()
-                sums["pg_loss"] += (pg * m).sum().item()
-                sums["clip_frac"] += (stats["clip_frac"] * m).sum().item()
-                sums["entropy_proxy"] += (-logp * m).sum().item()
+                part["loss"] += (loss * m).sum().item()
+                part["pg_loss"] += (pg * m).sum().item()
+                part["clip_frac"] += (stats["clip_frac"] * m).sum().item()
+                part["entropy_proxy"] += (-logp * m).sum().item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.grad_clip)
         if finite and torch.isfinite(grad_norm):
             self.optimizer.step()
@@ -143,13 +169,10 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_steps += 1
             log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
-                        sums["loss"], float(grad_norm), self.skipped_steps)
-
-        if dump_path:
-            adv_tokens = B.list_column(np.repeat(advantages.numpy(), r_mask.sum(1).numpy()),
-                                       r_mask.sum(1).numpy(), pa.float32())
-            B.dump_parquet(table.append_column("advantages", adv_tokens), dump_path)
-        return self._metrics(table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite)
+                        part["loss"] / tokens, float(grad_norm), self.skipped_steps)
+        for k, v in part.items():
+            sums[k] += v
+        return finite, float(grad_norm)
 
     def _metrics(self, table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite) -> dict:
         from actors.verifier import reward_error_counts
@@ -160,7 +183,7 @@ class Learner:
         out = {
             "reward/mean": float(rewards.mean()),
             "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-            "train/loss": sums["loss"],
+            "train/loss": sums["loss"] / max(n_tokens, 1),
             "train/pg_loss": sums["pg_loss"] / max(n_tokens, 1),
             "train/clip_frac": sums["clip_frac"] / max(n_tokens, 1),
             "train/neg_logprob": sums["entropy_proxy"] / max(n_tokens, 1),

@@ -136,7 +136,8 @@ class AlgorithmConfig(Section):
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(256, gt=0)
+    micro_batch_size: int = Field(256, gt=0)  # rows per forward/backward (memory)
+    mini_batches: int = Field(1, ge=1)  # optimizer steps per train batch (PPO-style updates)
     num_cpus: float = Field(1, ge=0)
     num_gpus: float = Field(0, ge=0)
 

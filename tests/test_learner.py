@@ -264,3 +264,12 @@ def test_repeated_uid_is_refused():
     rollout = rollout.append_column("reward", pa.array([1.0, 0.0], pa.float32()))
     with pytest.raises(B.BatchError, match="repeated uids"):
         Learner(cfg).train_step(rollout, rollout)
+
+
+@pytest.mark.parametrize("mini_batches", [1, 2, 4])
+def test_mini_batches_take_that_many_optimizer_steps(reward_fn, scored, mini_batches):
+    learner = Learner(make_config(reward_fn, mini_batches=mini_batches))
+    metrics = learner.train_step(scored)
+    steps = {int(s["step"]) for s in learner.optimizer.state_dict()["state"].values()}
+    assert steps == {mini_batches}
+    assert metrics["train/step_skipped"] == 0 and math.isfinite(metrics["train/loss"])
