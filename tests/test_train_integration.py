@@ -117,11 +117,12 @@ def test_grpo_run_writes_run_dir_learns_and_resumes(ray_env, tmp_path) -> None:
         logits = model(**ids).logits
     assert logits.shape[:2] == ids["input_ids"].shape and torch.isfinite(logits).all()
 
-    # ---- learning, with generous margins: GRPO keeps what warm-up reached and earns reward ------
+    # ---- learning, with generous margins: GRPO raises held-out accuracy past the warm-up's -------
+    # (seeded and deterministic here: 0.41 after warm-up, 0.59 after 9 GRPO steps)
     before = summary["warmup/accuracy"]
     after = rows[-1]["eval/accuracy"]
     assert before >= 0.25
-    assert after >= before - 0.05, f"held-out accuracy fell from {before:.3f} to {after:.3f}"
+    assert after > before + 0.05, f"held-out accuracy went from {before:.3f} only to {after:.3f}"
     last = [r["reward/mean"] for r in rows[-3:]]
     assert sum(last) / 3 > 0.15, f"reward/mean over the last steps {last}"
 
