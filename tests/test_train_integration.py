@@ -162,10 +162,23 @@ def test_user_dataset_and_reward_function(ray_env, tmp_path) -> None:
                  "verifier.rewards=[{name: mine, fn: 'my_reward_mod:score'}]",
                  "warmup.enabled=false", "train.max_steps=2", "train.eval_every=2",
                  "rollout.prompts_per_step=8", "rollout.samples_per_prompt=4", "ray.num_cpus=2",
-                 "train.threads=1", "--output-dir", str(run_dir)], ray_env, cwd=tmp_path).stdout
+                 "train.threads=1", "train.dump_rollouts=true",
+                 # two generator replicas share each step's prompts (half a CPU each fits 2 CPUs)
+                 "rollout.replicas=2", "rollout.num_cpus=0.5",
+                 "--output-dir", str(run_dir)], ray_env, cwd=tmp_path).stdout
     assert "run directory" in out
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
+
+    # rollouts/step_N.parquet: every sample of the step, with its rewards, errors and advantages
+    import pandas as pd
+
+    dump = pd.read_parquet(run_dir / "rollouts" / "step_1.parquet")
+    assert len(dump) == 8 * 4 and dump["uid"].is_unique
+    assert dump.groupby("prompt_id").size().eq(4).all()
+    assert {"reward", "reward.mine", "reward_error.mine", "advantages", "level"} <= set(dump.columns)
+    failed = dump["reward_error.mine"].notna()
+    assert failed.any() and dump.loc[failed, "reward.mine"].isna().all()
     assert all("reward/mine" in r for r in rows)
     errors = sum(r["verify/errors/mine"] for r in rows)
     assert 0 < errors < sum(r["samples/count"] for r in rows)
