@@ -175,8 +175,6 @@ class Learner:
         return finite, float(grad_norm)
 
     def _metrics(self, table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite) -> dict:
-        from actors.verifier import reward_error_counts
-
         n_groups = int(groups.max()) + 1 if len(groups) else 0
         lo = torch.full((n_groups,), math.inf).scatter_reduce(0, groups, rewards, "amin")
         hi = torch.full((n_groups,), -math.inf).scatter_reduce(0, groups, rewards, "amax")
@@ -204,7 +202,7 @@ class Learner:
             out["train/kl"] = sums["kl"] / max(n_tokens, 1)
         for source in B.reward_sources(table):
             out[f"reward/{source}"] = float(pc.mean(table.column(B.REWARD_PREFIX + source)).as_py() or 0.0)
-        out.update({f"verify/{k}": v for k, v in reward_error_counts(table).items()})
+        out.update({f"verify/{k}": v for k, v in B.reward_error_counts(table).items()})
         return out
 
     # ---- supervised warm-up ---------------------------------------------------------------------

@@ -54,15 +54,11 @@ class Verifier:
         scored = self.score(table)
         column = scored.column(self.accuracy_column).fill_null(self.on_error)
         return {"accuracy": float(np.mean(column.to_numpy())), "samples": scored.num_rows,
-                **reward_error_counts(scored)}
+                **B.reward_error_counts(scored)}
 
     def close(self) -> None:
         self.sandbox.close()
 
-
-def reward_error_counts(table: pa.Table) -> dict[str, int]:
-    return {f"errors/{name[len(B.REWARD_ERROR_PREFIX):]}": int(table.num_rows - table.column(name).null_count)
-            for name in table.schema.names if name.startswith(B.REWARD_ERROR_PREFIX)}
 
 
 VerifierActor = ray.remote(Verifier)

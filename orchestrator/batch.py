@@ -195,6 +195,12 @@ def reward_sources(table: pa.Table) -> list[str]:
     return [n[len(REWARD_PREFIX):] for n in table.schema.names if n.startswith(REWARD_PREFIX)]
 
 
+def reward_error_counts(table: pa.Table) -> dict[str, int]:
+    """Samples each reward source failed on: `errors/<source>` -> count of non-null messages."""
+    return {f"errors/{name[len(REWARD_ERROR_PREFIX):]}": int(table.num_rows - table.column(name).null_count)
+            for name in table.schema.names if name.startswith(REWARD_ERROR_PREFIX)}
+
+
 def dump_parquet(table: pa.Table, path: str | Path) -> Path:
     """Write a step's batch so a user can open it with pandas (`pd.read_parquet`)."""
     path = Path(path)

@@ -13,11 +13,12 @@ import ray
 def connect(ray_cfg) -> tuple[str, bool]:
     """Start or join Ray; returns a one-line description and whether the cluster is local."""
     address = ray_cfg.address or os.environ.get("RAY_ADDRESS")
-    # Workers must import the user's `module:function` code the way the driver does.
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)}}
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return f"joined Ray cluster at {address}", False
+    # Workers must import the user's `module:function` code the way the driver does (a job's
+    # --working-dir does this on a cluster).
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)}}
     ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, runtime_env=env,
              logging_level=logging.WARNING)
     where = ray.get_runtime_context().gcs_address

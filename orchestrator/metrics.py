@@ -29,7 +29,7 @@ class MetricsSink:
             f.write(json.dumps(row) + "\n")
         step = row["step"]
         for key, value in row.items():
-            if key != "step" and isinstance(value, (int, float)) and value is not None:
+            if key != "step" and isinstance(value, (int, float)):
                 self.tb.add_scalar(key, value, step)
                 self._gauge(key, value)
         self.tb.flush()

@@ -227,7 +227,8 @@ def rollouts(responses: list[str], answers: list[str]) -> pa.Table:
 
 
 def test_verifier_columns_weights_and_on_error(user_module):
-    from actors.verifier import Verifier, reward_error_counts
+    from actors.verifier import Verifier
+    from orchestrator.batch import reward_error_counts
 
     cfg = VerifierConfig(
         rewards=[RewardSpec(name="acc", fn="exact_match", weight=2.0),
