@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from orchestrator import batch as B
+from actors import batch as B
 
 
 class Generator:

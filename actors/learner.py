@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import ray
 import torch
 
-from orchestrator import batch as B
+from actors import batch as B
 
 log = logging.getLogger("coevo.learner")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from orchestrator import batch as B
+from actors import batch as B
 
 # Columns a reward function does not get: prompt, response and dataset columns pass through.
 NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "response"}

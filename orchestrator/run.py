@@ -17,7 +17,7 @@ from orchestrator.data import PromptSampler, load_prompts
 from orchestrator.loop import RunContext, train, write_state
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
-from orchestrator.registry import import_path
+from actors.registry import import_path
 from orchestrator.warmup import cached, warm_up
 
 STATE_FILE = "loop_state.json"

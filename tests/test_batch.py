@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from orchestrator import batch as B
+from actors import batch as B
 
 
 def make_table(**overrides) -> pa.Table:

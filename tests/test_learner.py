@@ -15,7 +15,7 @@ from actors.algorithms import ADVANTAGES, POLICY_LOSSES
 from actors.generator import Generator
 from actors.learner import Learner
 from actors.verifier import Verifier
-from orchestrator import batch as B
+from actors import batch as B
 from orchestrator.config import Config
 from orchestrator.data import arithmetic
 
@@ -252,7 +252,7 @@ def test_sft_step_lowers_loss(config, prompts):
 def test_repeated_uid_is_refused():
     """Exactly-once accounting: a sample offered twice in one train batch is an error, not a double count."""
     import pyarrow as pa
-    from orchestrator import batch as B
+    from actors import batch as B
     from actors.learner import Learner
     from orchestrator.config import validate_config
     from actors.generator import Generator

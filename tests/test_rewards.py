@@ -12,7 +12,7 @@ import pytest
 from actors.rewards import REWARD_FUNCTIONS
 from actors.rewards.builtins import exact_match, integer_match, math_equivalence, normalized_match
 from actors.rewards.sandbox import RewardSandbox
-from orchestrator import batch as B
+from actors import batch as B
 from orchestrator.config import RewardSpec, VerifierConfig
 
 
@@ -228,7 +228,7 @@ def rollouts(responses: list[str], answers: list[str]) -> pa.Table:
 
 def test_verifier_columns_weights_and_on_error(user_module):
     from actors.verifier import Verifier
-    from orchestrator.batch import reward_error_counts
+    from actors.batch import reward_error_counts
 
     cfg = VerifierConfig(
         rewards=[RewardSpec(name="acc", fn="exact_match", weight=2.0),

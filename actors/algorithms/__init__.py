@@ -1,6 +1,6 @@
 """Advantage estimators and policy losses by name; add your own with the `register` decorators."""
 
-from orchestrator.registry import Registry
+from actors.registry import Registry
 
 ADVANTAGES = Registry("advantage estimator")
 POLICY_LOSSES = Registry("policy loss")

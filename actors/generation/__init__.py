@@ -1,6 +1,6 @@
 """Generation backends by name. `hf` (transformers, CPU or GPU) is built in."""
 
-from orchestrator.registry import Registry
+from actors.registry import Registry
 
 BACKENDS = Registry("generation backend")
 

@@ -4,7 +4,7 @@ A reward function scores one sample: `fn(prompt: str, response: str, **columns) 
 `columns` are the dataset's pass-through columns (e.g. `answer`).
 """
 
-from orchestrator.registry import Registry
+from actors.registry import Registry
 
 REWARD_FUNCTIONS = Registry("reward function")
 
