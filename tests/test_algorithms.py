@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from actors.algorithms import ADVANTAGES, POLICY_LOSSES
-from actors.algorithms.advantages import dr_grpo, group_stats, grpo, rloo
-from actors.algorithms.losses import kl_k3, ppo_clip
+from actors.algorithms import ADVANTAGES, KL_ESTIMATORS, OFF_POLICY, POLICY_LOSSES
+from actors.algorithms.advantages import (combine_advantages, dr_grpo, group_stats, grpo, process_advantages,
+                                          rloo)
+from actors.algorithms.losses import decoupled_ppo, kl_k1, kl_k2, kl_k3, no_correction, ppo_clip, truncated_is
 
 EPS = 1e-4
 # Two groups of four: group 0 rewards [1, 0, 0, 1], group 1 rewards [1, 1, 1, 0].
@@ -113,6 +114,127 @@ def test_ppo_clip_registered():
     assert POLICY_LOSSES.get("ppo_clip") is ppo_clip
 
 
+def test_ppo_clip_clip_higher():
+    # DAPO clip-higher: clip range [1 - 0.2, 1 + 0.28] = [0.8, 1.28].
+    cases = [
+        (1.25, 1.0, -1.25, 0.0),  # inside [0.8, 1.28]: unclipped (plain PPO would clip it to 1.2)
+        (1.3, 1.0, -1.28, 1.0),   # above 1.28, A > 0: clipped to 1.28 * A
+        (0.7, -1.0, 0.8, 1.0),    # the lower bound is still 1 - 0.2: clipped to 0.8 * A
+    ]
+    ratios = torch.tensor([[c[0] for c in cases]])
+    old = torch.zeros_like(ratios)
+    adv = torch.tensor([[c[1] for c in cases]])
+    loss, stats = ppo_clip(torch.log(ratios), old, adv, clip_eps=0.2, clip_eps_high=0.28)
+    assert close(loss[0], [c[2] for c in cases])
+    assert close(stats["clip_frac"][0], [c[3] for c in cases])
+    # default clip_eps_high = clip_eps: the first case is clipped at 1.2 again
+    loss, stats = ppo_clip(torch.log(ratios), old, adv, clip_eps=0.2)
+    assert close(loss[0], [-1.2, -1.2, 0.8])
+    assert close(stats["clip_frac"][0], [1.0, 1.0, 1.0])
+
+
+# ---- off-policy corrections --------------------------------------------------------------------
+def test_off_policy_registry():
+    assert OFF_POLICY.names() == ["decoupled_ppo", "none", "tis"]
+    assert OFF_POLICY.get("none") is no_correction
+    assert OFF_POLICY.get("tis") is truncated_is
+    assert OFF_POLICY.get("decoupled_ppo") is decoupled_ppo
+
+
+@pytest.mark.parametrize("name", ["none", "tis", "decoupled_ppo"])
+def test_off_policy_on_policy_is_plain_policy_gradient(name):
+    """logp == behaviour == proximal: clip_frac 0, is_weight 1, loss -A, gradient -A * grad(logp)."""
+    torch.manual_seed(0)
+    lp = -torch.rand(3, 5) * 3
+    logp = lp.clone().requires_grad_(True)
+    adv = torch.randn(3, 5)
+    loss, stats = OFF_POLICY.get(name)(logp, lp.clone(), adv, proximal_logprobs=lp.clone(),
+                                       clip_eps=0.2, clip_eps_high=0.28)
+    assert loss.shape == (3, 5)
+    assert torch.equal(stats["clip_frac"], torch.zeros(3, 5))
+    assert torch.equal(stats["is_weight"], torch.ones(3, 5))
+    assert torch.allclose(loss.detach(), -adv)
+    loss.sum().backward()
+    assert torch.allclose(logp.grad, -adv)  # d(-A * logp)/dlogp
+
+
+def test_none_is_ppo_clip_against_behaviour():
+    logp = torch.log(torch.tensor([[1.1, 1.5, 0.5]]))
+    adv = torch.tensor([[1.0, 1.0, -1.0]])
+    loss, stats = no_correction(logp, torch.zeros_like(logp), adv, clip_eps=0.2)
+    ref_loss, ref_stats = ppo_clip(logp, torch.zeros_like(logp), adv, clip_eps=0.2)
+    assert torch.equal(loss, ref_loss) and torch.equal(stats["clip_frac"], ref_stats["clip_frac"])
+
+
+def test_tis_hand_computed():
+    # ratio = exp(logp - behaviour), w = min(ratio, cap = 2), loss = -w * A, gradient -w * A.
+    cases = [  # (ratio, A, w, loss, truncated?)
+        (0.5, 1.0, 0.5, -0.5, 0.0),
+        (1.5, -2.0, 1.5, 3.0, 0.0),   # -1.5 * -2
+        (3.0, 1.0, 2.0, -2.0, 1.0),   # truncated to the cap
+    ]
+    behaviour = torch.full((1, 3), -2.0)
+    logp = (behaviour + torch.log(torch.tensor([[c[0] for c in cases]]))).requires_grad_(True)
+    adv = torch.tensor([[c[1] for c in cases]])
+    loss, stats = truncated_is(logp, behaviour, adv, clip_eps=0.2, is_cap=2.0)
+    assert close(loss[0].detach(), [c[3] for c in cases])
+    assert close(stats["is_weight"][0], [c[2] for c in cases])
+    assert close(stats["clip_frac"][0], [c[4] for c in cases])
+    loss.sum().backward()
+    assert close(logp.grad[0], [-c[2] * c[1] for c in cases])  # [-0.5, 3.0, -2.0]
+    # is_cap=None: untruncated importance sampling, w = 3.0 on the last token
+    loss, stats = truncated_is(logp.detach(), behaviour, adv, clip_eps=0.2, is_cap=None)
+    assert close(stats["is_weight"][0], [0.5, 1.5, 3.0])
+    assert stats["clip_frac"].sum() == 0
+
+
+def test_decoupled_ppo_hand_computed():
+    # w = min(exp(prox - behaviour), cap = 2) (no gradient), r = exp(logp - prox) clipped to [0.8, 1.2]:
+    # loss = -w * min(r * A, clip(r) * A).
+    cases = [  # (w_raw, r, A, loss, gradient, clipped?, truncated?)
+        (0.5, 1.1, 1.0, -0.5 * 1.1, -0.5 * 1.1 * 1.0, 0.0, 0.0),  # inside: gradient -w * r * A
+        (3.0, 1.5, 1.0, -2.0 * 1.2, 0.0, 1.0, 1.0),               # w capped at 2, r clipped to 1.2
+        (1.0, 0.5, -1.0, 0.8, 0.0, 1.0, 0.0),                     # -1 * min(-0.5, -0.8) = 0.8, clipped
+        (1.5, 0.9, -2.0, 2.7, 2.7, 0.0, 0.0),                     # -1.5 * (0.9 * -2) = 2.7
+    ]
+    behaviour = torch.full((1, 4), -1.0)
+    proximal = behaviour + torch.log(torch.tensor([[c[0] for c in cases]]))
+    logp = (proximal + torch.log(torch.tensor([[c[1] for c in cases]]))).requires_grad_(True)
+    adv = torch.tensor([[c[2] for c in cases]])
+    loss, stats = decoupled_ppo(logp, behaviour, adv, proximal_logprobs=proximal, clip_eps=0.2, is_cap=2.0)
+    assert close(loss[0].detach(), [c[3] for c in cases])
+    assert close(stats["clip_frac"][0], [c[5] for c in cases])
+    assert close(stats["is_truncated"][0], [c[6] for c in cases])
+    assert close(stats["is_weight"][0], [min(c[0], 2.0) for c in cases])
+    assert close(stats["ratio"][0], [c[1] for c in cases])
+    loss.sum().backward()
+    assert close(logp.grad[0], [c[4] for c in cases])
+
+
+def test_decoupled_ppo_with_proximal_equal_behaviour_is_ppo_clip():
+    torch.manual_seed(1)
+    behaviour = -torch.rand(2, 4) * 2
+    logp = behaviour + torch.randn(2, 4) * 0.5
+    adv = torch.randn(2, 4)
+    loss, stats = decoupled_ppo(logp, behaviour, adv, proximal_logprobs=behaviour.clone(), clip_eps=0.2)
+    ref_loss, ref_stats = ppo_clip(logp, behaviour, adv, clip_eps=0.2)
+    assert torch.allclose(loss, ref_loss)
+    assert torch.equal(stats["clip_frac"], ref_stats["clip_frac"])
+
+
+def test_decoupled_ppo_needs_proximal():
+    lp = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="proximal_logprobs"):
+        OFF_POLICY.get("decoupled_ppo")(lp, lp, lp, clip_eps=0.2)
+
+
+@pytest.mark.parametrize("name", ["none", "tis", "decoupled_ppo"])
+def test_off_policy_rejects_bad_cap(name):
+    lp = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="is_cap"):
+        OFF_POLICY.get(name)(lp, lp, lp, proximal_logprobs=lp, clip_eps=0.2, is_cap=0.0)
+
+
 # ---- KL ----------------------------------------------------------------------------------------
 def test_kl_k3_zero_when_equal():
     lp = torch.tensor([[-0.3, -2.0, -0.01]])
@@ -129,6 +251,75 @@ def test_kl_k3_hand_computed():
     out = kl_k3(logp, ref)
     assert close(out, expected)
     assert torch.all(out > 0)
+
+
+def test_kl_k1_k2_hand_computed():
+    logp = torch.tensor([-1.0, -0.5, -2.0])
+    ref = torch.tensor([-0.5, -1.5, -2.25])
+    # k1 = logp - ref = [-0.5, 1.0, 0.25]; k2 = (ref - logp)^2 / 2 = [0.125, 0.5, 0.03125]
+    assert close(kl_k1(logp, ref), [-0.5, 1.0, 0.25])
+    assert close(kl_k2(logp, ref), [0.125, 0.5, 0.03125])
+
+
+def test_kl_registry():
+    assert KL_ESTIMATORS.get("k1") is kl_k1
+    assert KL_ESTIMATORS.get("k2") is kl_k2
+    assert KL_ESTIMATORS.get("k3") is kl_k3
+
+
+# ---- token-level (process) advantages ----------------------------------------------------------
+# Group 0 = samples 0, 1, 2; group 1 = sample 3 alone. Masked rewards and their per-token means:
+#   s0: [1, 0, 2]   (3 tokens) mean 1
+#   s1: [0.5, 0.5]  (2 tokens; the 9 is padding) mean 0.5
+#   s2: [3]         (1 token) mean 3
+#   s3: [2, 4]      (2 tokens) mean 3, singleton group
+# Leave-one-out baselines: s0 (0.5 + 3) / 2 = 1.75, s1 (1 + 3) / 2 = 2, s2 (1 + 0.5) / 2 = 0.75, s3 its own 3.
+# Centred rewards: s0 [-0.75, -1.75, 0.25], s1 [-1.5, -1.5, 0], s2 [2.25, 0, 0], s3 [-1, 1, 0].
+TOKEN_REWARDS = torch.tensor([[1.0, 0.0, 2.0], [0.5, 0.5, 9.0], [3.0, 7.0, 7.0], [2.0, 4.0, 5.0]])
+TOKEN_MASK = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 0]])
+TOKEN_GROUPS = torch.tensor([0, 0, 0, 1])
+# gamma = 1: reward-to-go = reverse cumulative sums of the centred rewards.
+PROCESS_G1 = [[-0.75 - 1.75 + 0.25, -1.75 + 0.25, 0.25],  # [-2.25, -1.5, 0.25]
+              [-3.0, -1.5, 0.0],
+              [2.25, 0.0, 0.0],
+              [0.0, 1.0, 0.0]]
+# gamma = 0.5: A_t = c_t + 0.5 * A_{t+1}.
+PROCESS_G05 = [[-0.75 + 0.5 * (-1.75 + 0.5 * 0.25), -1.75 + 0.5 * 0.25, 0.25],  # [-1.5625, -1.625, 0.25]
+               [-1.5 + 0.5 * -1.5, -1.5, 0.0],                                  # [-2.25, -1.5, 0]
+               [2.25, 0.0, 0.0],
+               [-1.0 + 0.5 * 1.0, 1.0, 0.0]]                                    # [-0.5, 1, 0]
+
+
+def close2(a: torch.Tensor, expected: list[list[float]], tol: float = 1e-5) -> bool:
+    return torch.allclose(a, torch.tensor(expected, dtype=a.dtype), atol=tol, rtol=0)
+
+
+def test_process_advantages_hand_computed():
+    assert close2(process_advantages(TOKEN_REWARDS, TOKEN_MASK, TOKEN_GROUPS), PROCESS_G1)
+    assert close2(process_advantages(TOKEN_REWARDS, TOKEN_MASK, TOKEN_GROUPS, gamma=0.5), PROCESS_G05)
+
+
+def test_process_advantages_groups_from_index_not_order():
+    perm = torch.tensor([3, 1, 0, 2])
+    adv = process_advantages(TOKEN_REWARDS[perm], TOKEN_MASK[perm], TOKEN_GROUPS[perm])
+    assert close2(adv, [PROCESS_G1[i] for i in perm.tolist()])
+
+
+def test_process_advantages_empty_response_not_in_baseline():
+    # A fourth member of group 0 with no response tokens: the baselines of s0..s2 are unchanged.
+    rewards = torch.cat([TOKEN_REWARDS, torch.tensor([[5.0, 5.0, 5.0]])])
+    mask = torch.cat([TOKEN_MASK, torch.zeros(1, 3)])
+    groups = torch.cat([TOKEN_GROUPS, torch.tensor([0])])
+    adv = process_advantages(rewards, mask, groups)
+    assert close2(adv, PROCESS_G1 + [[0.0, 0.0, 0.0]])
+
+
+def test_combine_advantages():
+    outcome = torch.tensor([1.0, -1.0])
+    process = torch.tensor([[0.5, -0.5, 3.0], [2.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1, 0], [1, 0, 0]])
+    # (outcome broadcast + process) * mask: [1.5, 0.5, 0], [1.0, 0, 0]
+    assert close2(combine_advantages(outcome, process, mask), [[1.5, 0.5, 0.0], [1.0, 0.0, 0.0]])
 
 
 # ---- registries --------------------------------------------------------------------------------

@@ -1,8 +1,19 @@
-"""Advantage estimators and policy losses by name; add your own with the `register` decorators."""
+"""Algorithm registries by name; add your own with the `register` decorators.
+
+- ADVANTAGES: outcome advantage estimators, `(rewards [N], groups [N]) -> [N]` (advantages.py).
+- POLICY_LOSSES: `(logp, old_logp, adv, clip_eps=...) -> (loss [B, T], stats)` (losses.py).
+- OFF_POLICY: off-policy corrections, `(logp, behavior_logp, adv, *, proximal_logprobs=None,
+  clip_eps, clip_eps_high=None, is_cap=2.0) -> (loss [B, T], stats)`: none / tis / decoupled_ppo.
+- KL_ESTIMATORS: `(logp, ref_logp) -> [B, T]`: k1 / k2 / k3.
+- PREFERENCE_LOSSES: pairwise losses with one keyword interface (preference.py).
+"""
 
 from actors.registry import Registry
 
 ADVANTAGES = Registry("advantage estimator")
 POLICY_LOSSES = Registry("policy loss")
+OFF_POLICY = Registry("off-policy correction")
+KL_ESTIMATORS = Registry("KL estimator")
+PREFERENCE_LOSSES = Registry("preference loss")
 
-from actors.algorithms import advantages, losses  # noqa: E402,F401  (register built-ins)
+from actors.algorithms import advantages, losses, preference  # noqa: E402,F401  (register built-ins)

@@ -41,3 +41,53 @@ def rloo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torc
     """RLOO (Ahmadian et al. 2024): r minus the mean of the *other* samples of the group."""
     mean, _, size = group_stats(rewards, groups)
     return (rewards - mean) * size / (size - 1).clamp(min=1)
+
+
+# ---- token-level (process) advantages ---------------------------------------------------------
+def process_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
+                       gamma: float = 1.0) -> torch.Tensor:
+    """Per-token advantages from dense (process) rewards, as PRIME computes them for implicit process
+    rewards (Cui et al. 2025, "Process Reinforcement through Implicit Rewards", Sec. 3: a Monte Carlo
+    return with a leave-one-out baseline, computed separately from the outcome advantage and summed
+    with it, see `combine_advantages`).
+
+    For sample i of group G(i), with response tokens t = 0..L_i-1 (mask = 1) and rewards r_{i,t}:
+
+        mean_i = (1 / L_i) * sum_t r_{i,t}                         # length-normalised process reward
+        b_i    = 1 / (K_i - 1) * sum_{j in G(i), j != i} mean_j     # leave-one-out baseline
+        A_{i,t} = sum_{s >= t} gamma^(s - t) * (r_{i,s} - b_i)      # reward-to-go of centred rewards
+
+    K_i counts the group's samples with at least one response token. The baseline averages the others'
+    *per-token* (length-normalised) process reward, not their summed return, because it is subtracted
+    from every token's reward: it must be on the per-token scale, and a summed return would make it
+    grow with the other responses' lengths (PRIME: "use the averaged implicit process rewards to
+    calculate the leave-one-out baseline"). With no other sample in the group (K_i = 1) the baseline
+    is the sample's own mean, so (for gamma = 1) its first-token return is 0, as RLOO gives a singleton
+    advantage 0. Returns [N, T], zero outside `mask`.
+    """
+    m = mask.to(token_rewards.dtype)
+    r = token_rewards * m
+    length = m.sum(1)
+    valid = (length > 0).to(r.dtype)
+    mean = r.sum(1) / length.clamp(min=1)
+    n_groups = int(groups.max()) + 1 if len(groups) else 0
+    count = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, groups, valid)
+    total = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, groups, mean * valid)
+    others = count[groups] - valid
+    baseline = torch.where(others > 0, (total[groups] - mean * valid) / others.clamp(min=1), mean)
+    centred = (r - baseline[:, None]) * m
+    if gamma == 1.0:
+        returns = centred.flip(1).cumsum(1).flip(1)
+    else:
+        returns = torch.zeros_like(centred)
+        running = torch.zeros_like(centred[:, 0])
+        for t in range(centred.shape[1] - 1, -1, -1):
+            running = centred[:, t] + gamma * running
+            returns[:, t] = running
+    return returns * m
+
+
+def combine_advantages(outcome: torch.Tensor, process: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """PRIME's combination (Cui et al. 2025): the outcome advantage [N] (any estimator above) is
+    broadcast to every response token and added to the process advantage [N, T]; zero outside mask."""
+    return (outcome[:, None] + process) * mask.to(process.dtype)
