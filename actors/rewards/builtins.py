@@ -1,47 +1,24 @@
-"""Built-in verifiable rewards: answer match, integer match, math equivalence."""
+"""Built-in reward functions, registered by name on `import actors.rewards`.
 
-from __future__ import annotations
+By theme (each function's docstring has its arguments and a one-line YAML example):
 
-import logging
-import re
-import string
+- text.py: exact_match, normalized_match, integer_match, multiple_choice, regex_match,
+  format_reward, overlong_penalty (also registered as length_penalty)
+- maths.py: math_verify (symbolic equivalence, last \\boxed{} answer)
+- structured.py: json_schema, iou
+- similarity.py: bmas, embedding_cosine (small sentence encoder, loaded on first use)
+"""
 
-from actors.rewards import REWARD_FUNCTIONS
-
-_INT = re.compile(r"-?\d+")
-_PUNCT = str.maketrans("", "", string.punctuation)
-
-
-def normalize_text(text: str) -> str:
-    """Lower-case, drop punctuation and articles, squeeze whitespace (SQuAD-style)."""
-    text = str(text).lower().translate(_PUNCT)
-    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
-
-
-@REWARD_FUNCTIONS.register("exact_match")
-def exact_match(prompt: str, response: str, answer, **_) -> float:
-    return float(response.strip() == str(answer).strip())
-
-
-@REWARD_FUNCTIONS.register("normalized_match")
-def normalized_match(prompt: str, response: str, answer, **_) -> float:
-    return float(normalize_text(response) == normalize_text(answer))
-
-
-@REWARD_FUNCTIONS.register("integer_match")
-def integer_match(prompt: str, response: str, answer, **_) -> float:
-    """1 if the first integer in the response equals the integer answer (arithmetic tasks)."""
-    found = _INT.search(response)
-    return float(found is not None and int(found.group()) == int(str(answer).strip()))
-
-
-@REWARD_FUNCTIONS.register("math_verify")
-def math_equivalence(prompt: str, response: str, answer, **_) -> float:
-    """Symbolic equivalence via math-verify. Its own signal-based timeouts are off (they fail
-    outside a main thread); the verifier's subprocess enforces the time limit instead."""
-    from math_verify import parse, verify
-
-    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns on every disabled timeout
-    gold = parse(str(answer) if "$" in str(answer) else f"${answer}$", parsing_timeout=None)
-    pred = parse(response, parsing_timeout=None)
-    return float(bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None))
+from actors.rewards.maths import last_boxed, math_equivalence  # noqa: F401
+from actors.rewards.similarity import bmas, embedding_cosine  # noqa: F401
+from actors.rewards.structured import iou, json_schema  # noqa: F401
+from actors.rewards.text import (  # noqa: F401
+    exact_match,
+    format_reward,
+    integer_match,
+    multiple_choice,
+    normalize_text,
+    normalized_match,
+    overlong_penalty,
+    regex_match,
+)
