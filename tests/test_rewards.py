@@ -11,7 +11,7 @@ import pytest
 
 from actors.rewards import REWARD_FUNCTIONS
 from actors.rewards.builtins import exact_match, integer_match, math_equivalence, normalized_match
-from actors.rewards.sandbox import RewardSandbox
+from actors.rewards.sandbox import RewardPool
 from actors import batch as B
 from orchestrator.config import RewardSpec, VerifierConfig
 
@@ -119,7 +119,7 @@ def item(source, response, answer="x", **extra):
 
 
 def test_sandbox_scores_user_function(user_module):
-    sb = RewardSandbox({"ok": f"{user_module}:ok", "flag": f"{user_module}:flag"})
+    sb = RewardPool({"ok": f"{user_module}:ok", "flag": f"{user_module}:flag"})
     try:
         out = sb.score([item("ok", "x"), item("ok", "y"), item("flag", "x"), item("flag", "z")],
                        {"ok": 5.0, "flag": 5.0})
@@ -129,18 +129,18 @@ def test_sandbox_scores_user_function(user_module):
 
 
 def test_sandbox_process_death_marks_sample_and_restarts(user_module):
-    sb = RewardSandbox({"d": f"{user_module}:dies"})
+    sb = RewardPool({"d": f"{user_module}:dies"})
     try:
         out = sb.score([item("d", "a"), item("d", "die"), item("d", "b")], {"d": 5.0})
     finally:
         sb.close()
     assert out[0] == (1.0, None) and out[2] == (1.0, None)
-    assert out[1][0] is None and "reward process died (exit code 3)" in out[1][1]
-    assert sb.restarts == 1
+    assert out[1][0] is None and "worker died (exit code 3)" in out[1][1]
+    assert sb.stats()["restarts"] == 1
 
 
 def test_sandbox_exception_becomes_error(user_module):
-    sb = RewardSandbox({"boom": f"{user_module}:boom"})
+    sb = RewardPool({"boom": f"{user_module}:boom"})
     try:
         out = sb.score([item("boom", "good"), item("boom", "bad"), item("boom", "good")], {"boom": 5.0})
     finally:
@@ -149,11 +149,11 @@ def test_sandbox_exception_becomes_error(user_module):
     value, err = out[1]
     assert value is None
     assert "ZeroDivisionError" in err and "user code broke on purpose" in err
-    assert sb.restarts == 0  # an exception does not cost a process restart
+    assert sb.stats()["restarts"] == 0  # an exception does not cost a process restart
 
 
 def test_sandbox_timeout_then_continues(user_module):
-    sb = RewardSandbox({"hang": f"{user_module}:hang", "ok": f"{user_module}:ok"})
+    sb = RewardPool({"hang": f"{user_module}:hang", "ok": f"{user_module}:ok"})
     items = [item("hang", "fast"), item("hang", "slow"), item("hang", "fast"),
              item("ok", "x"), item("ok", "y")]
     try:
@@ -165,12 +165,12 @@ def test_sandbox_timeout_then_continues(user_module):
     assert out[0] == (0.25, None)
     assert out[1][0] is None and out[1][1].startswith("timed out") and "0.5s" in out[1][1]
     assert out[2:] == [(0.25, None), (1.0, None), (0.0, None)]
-    assert sb.restarts == 1
+    assert sb.stats()["restarts"] == 1
     assert elapsed < 30  # nowhere near the 60 s sleep
 
 
 def test_sandbox_accepts_numpy_scalars(user_module):
-    sb = RewardSandbox({"np": f"{user_module}:numpy_scalar"})
+    sb = RewardPool({"np": f"{user_module}:numpy_scalar"})
     try:
         out = sb.score([item("np", "f"), item("np", "i")], {"np": 5.0})
     finally:
@@ -181,7 +181,7 @@ def test_sandbox_accepts_numpy_scalars(user_module):
 
 @pytest.mark.parametrize("fn, shown", [("nan", "nan"), ("inf", "-inf"), ("text", "'one'")])
 def test_sandbox_non_number_is_error(user_module, fn, shown):
-    sb = RewardSandbox({fn: f"{user_module}:{fn}"})
+    sb = RewardPool({fn: f"{user_module}:{fn}"})
     try:
         out = sb.score([item(fn, "x"), item(fn, "y")], {fn: 5.0})
     finally:
@@ -192,7 +192,7 @@ def test_sandbox_non_number_is_error(user_module, fn, shown):
 
 
 def test_sandbox_stdout_does_not_corrupt(user_module):
-    sb = RewardSandbox({"chatty": f"{user_module}:chatty"})
+    sb = RewardPool({"chatty": f"{user_module}:chatty"})
     try:
         out = sb.score([item("chatty", "x"), item("chatty", "y"), item("chatty", "x")], {"chatty": 5.0})
         # the same process keeps serving later requests correctly
@@ -201,11 +201,11 @@ def test_sandbox_stdout_does_not_corrupt(user_module):
         sb.close()
     assert out == [(0.5, None), (0.0, None), (0.5, None)]
     assert out2 == [(0.0, None), (0.5, None)]
-    assert sb.restarts == 0
+    assert sb.stats()["restarts"] == 0
 
 
 def test_sandbox_bad_import_path_fails_to_start(user_module):
-    sb = RewardSandbox({"x": f"{user_module}:does_not_exist"})
+    sb = RewardPool({"x": f"{user_module}:does_not_exist"})
     with pytest.raises(RuntimeError, match="failed to start"):
         sb.score([item("x", "x")], {"x": 5.0})
     sb.close()

@@ -8,4 +8,13 @@ from actors.registry import Registry
 
 REWARD_FUNCTIONS = Registry("reward function")
 
+
+def group_reward(fn):
+    """Mark `fn` as a group reward: it scores all responses to one prompt at once,
+    `fn(prompt: str, responses: list[str], **columns) -> list[float]` (one value per response;
+    columns are the group's dataset columns). Use it with `@REWARD_FUNCTIONS.register(name)`."""
+    fn.reward_scope = "group"
+    return fn
+
+
 from actors.rewards import builtins  # noqa: E402,F401  (registers the built-ins)
