@@ -433,12 +433,14 @@ def zygote_main(ctl_fd: int) -> None:
                 _send(ctl, {"spawned": request.get("spawn"), "pid": pid})
     except (BrokenPipeError, ConnectionResetError):
         pass
-    finally:
+    finally:  # the pool is gone (maybe killed outright, as Ray kills actors): leave nothing behind
         for pid in list(workers):
             try:
                 os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             except OSError:
                 pass
+        shutil.rmtree(st["base_dir"], ignore_errors=True)
 
 
 def _reap(ctl: socket.socket, workers: dict[int, str], me: int) -> None:
