@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 if TYPE_CHECKING:  # torch is imported where tensors are made, so the verifier process stays light
     import torch
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 VERSION_KEY = b"coevo.schema_version"
 
 REWARD_PREFIX = "reward."
@@ -26,6 +27,7 @@ FINISH_REASONS = ("stop", "length", "error")
 # Columns every rollout batch has, with their types. Later stages add the optional ones.
 CORE_FIELDS: dict[str, pa.DataType] = {
     "uid": pa.string(),
+    "group_id": pa.string(),  # one sampling of one prompt: the advantage group
     "prompt_id": pa.string(),
     "prompt": pa.string(),
     "response": pa.string(),
@@ -37,6 +39,8 @@ CORE_FIELDS: dict[str, pa.DataType] = {
 }
 OPTIONAL_FIELDS: dict[str, pa.DataType] = {
     "reward": pa.float32(),
+    "reward_model_version": pa.int64(),  # the reward model's version where one scored the row
+    "labelled": pa.bool_(),  # whether the verifier labels this prompt (verifier.fraction)
     "token_rewards": pa.list_(pa.float32()),
     "ref_logprobs": pa.list_(pa.float32()),
     "advantages": pa.list_(pa.float32()),
@@ -66,6 +70,7 @@ def rollout_table(
     *,
     uid: Iterable[str],
     prompt_id: Iterable[str],
+    group_id: Iterable[str] | None = None,
     prompt: Iterable[str],
     response: Iterable[str],
     prompt_ids: pa.Array,
@@ -76,10 +81,11 @@ def rollout_table(
     extra: dict[str, pa.Array] | None = None,
 ) -> pa.Table:
     """Assemble a validated rollout table; `extra` holds pass-through dataset columns."""
-    uid = list(uid)
+    uid, prompt_id = list(uid), list(prompt_id)
     cols = {
         "uid": pa.array(uid, pa.string()),
-        "prompt_id": pa.array(list(prompt_id), pa.string()),
+        "group_id": pa.array(list(group_id) if group_id is not None else prompt_id, pa.string()),
+        "prompt_id": pa.array(prompt_id, pa.string()),
         "prompt": pa.array(list(prompt), pa.string()),
         "response": pa.array(list(response), pa.string()),
         "prompt_ids": prompt_ids,
@@ -191,6 +197,19 @@ def concat(tables: list[pa.Table]) -> pa.Table:
     return with_version(table.unify_dictionaries())
 
 
+def replace_column(table: pa.Table, name: str, column: pa.Array) -> pa.Table:
+    """Set column `name` (appended, or replacing an existing one)."""
+    if name in table.schema.names:
+        table = table.drop_columns([name])
+    return table.append_column(name, column)
+
+
+def group_index(table: pa.Table) -> np.ndarray:
+    """Dense group number per row (0..G-1, in order of first appearance) from `group_id`."""
+    column = table.column("group_id" if "group_id" in table.schema.names else "prompt_id")
+    return pc.dictionary_encode(column).combine_chunks().indices.to_numpy().astype(np.int64)
+
+
 def reward_sources(table: pa.Table) -> list[str]:
     return [n[len(REWARD_PREFIX):] for n in table.schema.names if n.startswith(REWARD_PREFIX)]
 
@@ -207,3 +226,28 @@ def dump_parquet(table: pa.Table, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return path
+
+
+# ---- preference pairs --------------------------------------------------------------------------
+PAIR_FIELDS: dict[str, pa.DataType] = {"prompt": pa.string(), "chosen": pa.string(), "rejected": pa.string()}
+
+
+def pair_table(prompt: Iterable[str], chosen: Iterable[str], rejected: Iterable[str],
+               extra: dict[str, pa.Array] | None = None) -> pa.Table:
+    """Preference pairs travel as Arrow tables too: prompt, chosen, rejected (+ any extra columns)."""
+    cols = {"prompt": pa.array(list(prompt), pa.string()), "chosen": pa.array(list(chosen), pa.string()),
+            "rejected": pa.array(list(rejected), pa.string()), **(extra or {})}
+    table = with_version(pa.table(cols))
+    validate_pairs(table)
+    return table
+
+
+def validate_pairs(table: pa.Table, where: str = "pair table") -> None:
+    for name, want in PAIR_FIELDS.items():
+        if name not in table.schema.names:
+            raise BatchError(f"{where} is missing column {name!r}; it has {table.schema.names}")
+        if not pa.types.is_string(table.schema.field(name).type) and not pa.types.is_large_string(
+                table.schema.field(name).type):
+            raise BatchError(f"{where}: column {name!r} has type {table.schema.field(name).type}, expected {want}")
+        if table.column(name).null_count:
+            raise BatchError(f"{where}: column {name!r} is null at row {_first_true(table.column(name).is_null())}")

@@ -1,12 +1,11 @@
-"""Learner actor: owns the policy and its optimizer; computes advantages and losses from the
-registries, takes gradient steps and publishes versioned weights."""
+"""Policy learner actor: owns the policy and its optimizer; aggregates rewards, computes advantages
+and losses from the registries, takes gradient steps and publishes versioned weights."""
 
 from __future__ import annotations
 
 import copy
 import logging
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -15,50 +14,42 @@ import ray
 import torch
 
 from actors import batch as B
+from actors.trainable import Trainable
 
 log = logging.getLogger("coevo.learner")
+REFERENCE_DIR = "reference"
 
 
-class Learner:
-    def __init__(self, config, model_source: str | None = None):
-        import transformers
-
+class Learner(Trainable):
+    def __init__(self, config, model_source: str | None = None, role: dict | None = None):
         from actors import modeling
-        from actors.runtime import setup_torch
+        from actors.rewards.aggregate import Aggregator
 
-        transformers.utils.logging.disable_progress_bar()  # no "Writing model shards" bars in logs
-        self.config = config
+        self._setup(config, role)
         self.algo = config.algorithm
-        self.device = setup_torch(config.train.threads, config.seed, want_gpu=self.algo.num_gpus > 0)
+        self.sampling = dict(temperature=config.rollout.temperature, top_k=config.rollout.top_k,
+                             top_p=config.rollout.top_p)
         self.model, self.tokenizer = modeling.build(config.model, config.seed)
         if model_source:
             self.model = modeling.load_model(model_source)
         self.model.to(self.device).train()
         self.reference = None
-        if self.algo.kl_coef > 0:  # frozen copy of the starting policy
+        if self.algo.kl_coef > 0:  # frozen copy of the starting policy (replaced on resume)
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = self._new_optimizer(self.algo.lr)
+        self.aggregator = Aggregator(config.aggregate_spec(), sources=[r.name for r in config.rewards])
         self.skipped_steps = 0
 
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=self.algo.weight_decay)
 
-    # ---- weights -------------------------------------------------------------------------------
-    def publish(self) -> dict[str, np.ndarray]:
-        """Weights as numpy arrays: the object store holds them once, readers map them zero-copy."""
-        return {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        return {"aggregator": self.aggregator.state_dict(), "skipped_steps": self.skipped_steps}
 
-    def save(self, path: str, optimizer: bool = True) -> str:
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out)
-        self.tokenizer.save_pretrained(out)
-        if optimizer:
-            torch.save(self.optimizer.state_dict(), out / "optimizer.pt")
-        return str(out)
-
-    def load_optimizer(self, path: str) -> None:
-        self.optimizer.load_state_dict(torch.load(Path(path) / "optimizer.pt", weights_only=True))
+    def load_extra_state(self, state: dict) -> None:
+        self.aggregator.load_state_dict(state.get("aggregator", {}))
+        self.skipped_steps = state.get("skipped_steps", 0)
 
     def reset_optimizer(self) -> None:
         """A fresh AdamW for RL after warm-up (its own learning rate, no carried-over moments)."""
@@ -66,92 +57,121 @@ class Learner:
         if self.algo.kl_coef > 0:  # the reference is the policy RL starts from
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
 
-    # ---- tensors -------------------------------------------------------------------------------
-    def _sequences(self, table: pa.Table):
-        """Left-padded prompts + right-padded responses -> ids, mask, positions, response slice."""
-        pad = self.tokenizer.pad_token_id
-        p_ids, p_len = B.to_padded(table.column("prompt_ids"), pad, torch.long, left=True)
-        r_ids, r_len = B.to_padded(table.column("response_ids"), pad, torch.long)
-        p_width, r_width = p_ids.shape[1], r_ids.shape[1]
-        p_mask = torch.arange(p_width)[None, :] >= (p_width - p_len)[:, None]
-        r_mask = torch.arange(r_width)[None, :] < r_len[:, None]
-        ids = torch.cat([p_ids, r_ids], dim=1)
-        mask = torch.cat([p_mask, r_mask], dim=1).long()
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # same positions as left-padded generation
-        return ids, mask, positions, r_ids, r_mask, p_width
-
-    def _token_logprobs(self, model, ids, mask, positions, r_ids, p_width) -> torch.Tensor:
-        logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                       position_ids=positions.to(self.device)).logits
-        logits = logits[:, p_width - 1:-1].float()  # logits that predict each response token
-        return torch.log_softmax(logits, dim=-1).gather(-1, r_ids.to(self.device).unsqueeze(-1)).squeeze(-1)
-
-    # ---- RL step -------------------------------------------------------------------------------
+    # ---- RL step ---------------------------------------------------------------------------------
     def train_step(self, *tables: pa.Table, dump_path: str | None = None) -> dict[str, float]:
         """`algorithm.mini_batches` optimizer steps on the concatenated batches (one row per sampled
-        response); with more than one, later steps are off-policy by a few updates and the clipped
-        ratio against `behavior_logprobs` corrects for it (PPO-style)."""
+        response). Returns metrics, with `version` the learner's version after the update."""
         from actors.algorithms import ADVANTAGES
+        from actors.algorithms.advantages import combine_advantages, process_advantages
 
         table = B.concat(list(tables))
-        B.validate(table, required=[*B.CORE_FIELDS, "reward"])
-        if pc.count_distinct(table.column("uid")).as_py() != table.num_rows:  # exactly-once accounting
-            raise B.BatchError(f"train batch has repeated uids: {table.num_rows} rows, "
-                               f"{pc.count_distinct(table.column('uid')).as_py()} distinct")
+        B.validate(table)
+        distinct = pc.count_distinct(table.column("uid")).as_py()
+        if distinct != table.num_rows:  # exactly-once accounting
+            raise B.BatchError(f"train batch has repeated uids: {table.num_rows} rows, {distinct} distinct")
+        if "reward_model_version" in table.schema.names:  # one reward-model version per batch
+            versions = pc.unique(table.column("reward_model_version")).to_pylist()
+            if len(versions) > 1:
+                raise B.BatchError(f"train batch mixes reward-model versions {sorted(versions)}")
+        table, reward_metrics = self.aggregator.apply(table)
         rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
-        groups = torch.from_numpy(pc.dictionary_encode(table.column("prompt_id")).combine_chunks()
-                                  .indices.to_numpy().astype(np.int64))
-        advantages = ADVANTAGES.get(self.algo.advantage)(rewards, groups)
+        groups = torch.from_numpy(B.group_index(table))
+        estimator = ADVANTAGES.get(self.algo.advantage)
+        outcome = estimator(rewards, groups)
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
-        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask,
-                    old_lp=old_lp, adv=advantages)
-        n_tokens = int(r_mask.sum())
+        adv = outcome[:, None].expand_as(old_lp).clone()
+        if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
+            dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32)
+            process = process_advantages(dense, r_mask.float(), groups)
+            adv = combine_advantages(outcome, self.config.prime.process_weight * process, r_mask.float())
+        active = torch.ones(table.num_rows, dtype=torch.bool)
+        if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
+            active &= torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
+            adv = adv * active[:, None]
+        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, old_lp=old_lp, adv=adv)
+        # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
+        # forward/backward is wasted work. The token-mean still counts their tokens (unchanged update).
+        needed = active & ((adv != 0) & r_mask).any(dim=1)
+        if not (self.algo.skip_uniform_groups and self.reference is None):
+            needed = active
+        prox = self._proximal(data, needed, p_width)
 
         n = table.num_rows
-        order = torch.randperm(n) if self.algo.mini_batches > 1 else torch.arange(n)
-        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "entropy_proxy": 0.0}
-        norms, skipped = [], 0
-        for rows in order.chunk(min(self.algo.mini_batches, n)):
-            ok, norm = self._update(rows, data, p_width, sums)
+        gen = torch.Generator().manual_seed(hash((self.config.seed, self.version)) % 2**63)
+        order = torch.randperm(n, generator=gen) if self.algo.mini_batches > 1 else torch.arange(n)
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "is_weight": 0.0}
+        norms, skipped, computed = [], 0, 0
+        for rows in torch.tensor_split(order, min(self.algo.mini_batches, n)):
+            ok, norm, done = self._update(rows, needed, data, prox, p_width, sums)
             norms.append(norm)
             skipped += not ok
-        grad_norm = torch.tensor(norms).mean()
-        finite = skipped == 0
-
+            computed += done
+        self.version += 1
+        n_tokens = int(r_mask.sum())
         if dump_path:
-            adv_tokens = B.list_column(np.repeat(advantages.numpy(), r_mask.sum(1).numpy()),
-                                       r_mask.sum(1).numpy(), pa.float32())
-            B.dump_parquet(table.append_column("advantages", adv_tokens), dump_path)
-        return self._metrics(table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite)
+            lengths = r_mask.sum(1).numpy()
+            flat = adv[r_mask].numpy()
+            B.dump_parquet(table.append_column("advantages", B.list_column(flat, lengths, pa.float32())), dump_path)
+        out = self._metrics(table, rewards, groups, outcome, sums, n_tokens, old_lp, r_mask, norms, skipped)
+        out.update(reward_metrics)
+        out["train/rows_computed_frac"] = computed / max(n, 1)
+        return out
 
-    def _update(self, rows: torch.Tensor, d: dict, p_width: int, sums: dict) -> tuple[bool, float]:
-        """One optimizer step on `rows`, token-mean over their response tokens, in micro-batches.
-        A non-finite loss or gradient skips the step (counted, warned) instead of poisoning weights."""
-        from actors.algorithms import POLICY_LOSSES
+    def _proximal(self, d: dict, needed: torch.Tensor, p_width: int) -> torch.Tensor | None:
+        """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
+        policy), computed without gradients for the rows that train."""
+        if self.algo.off_policy != "decoupled_ppo":
+            return None
+        prox = torch.zeros_like(d["old_lp"])
+        rows = torch.nonzero(needed).squeeze(1)
+        with torch.no_grad():
+            for mb in (rows.split(self.algo.micro_batch_size) if len(rows) else ()):
+                prox[mb] = self._token_logprobs(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
+                                                d["r_ids"][mb], p_width, **self.sampling).cpu()
+        return prox
+
+    def _loss(self, logp, old_lp, adv, prox):
+        from actors.algorithms import OFF_POLICY, POLICY_LOSSES
+
+        a = self.algo
+        if a.off_policy in (None, "none"):
+            extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
+            loss, stats = POLICY_LOSSES.get(a.policy_loss)(logp, old_lp, adv, clip_eps=a.clip_eps, **extra)
+            stats.setdefault("is_weight", torch.ones_like(logp))
+            return loss, stats
+        return OFF_POLICY.get(a.off_policy)(logp, old_lp, adv, proximal_logprobs=prox, clip_eps=a.clip_eps,
+                                            clip_eps_high=a.clip_eps_high, is_cap=a.is_cap)
+
+    def _update(self, rows: torch.Tensor, needed: torch.Tensor, d: dict, prox, p_width: int,
+                sums: dict) -> tuple[bool, float, int]:
+        """One optimizer step on `rows`: token-mean over all their response tokens, in micro-batches
+        over the rows that need a forward pass. A non-finite loss or gradient skips the step
+        (counted, warned) instead of poisoning the weights."""
         from actors.algorithms.losses import kl_k3
 
-        loss_fn = POLICY_LOSSES.get(self.algo.policy_loss)
         tokens = max(int(d["r_mask"][rows].sum()), 1)
-        self.optimizer.zero_grad(set_to_none=True)
+        # Zeros, not None: AdamW skips a parameter whose grad is None, but a zero gradient still moves
+        # it through momentum, which is what the same update without skipped rows would do.
+        self.optimizer.zero_grad(set_to_none=False)
         part = {k: 0.0 for k in sums}
         finite = True
-        for mb in rows.split(self.algo.micro_batch_size):
+        compute = rows[needed[rows]]
+        for mb in (compute.split(self.algo.micro_batch_size) if len(compute) else ()):
             m = d["r_mask"][mb].to(self.device).float()
             logp = self._token_logprobs(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                        d["r_ids"][mb], p_width)
-            adv = d["adv"][mb].to(self.device)[:, None]
-            pg, stats = loss_fn(logp, d["old_lp"][mb].to(self.device), adv, clip_eps=self.algo.clip_eps)
+                                        d["r_ids"][mb], p_width, **self.sampling)
+            pg, stats = self._loss(logp, d["old_lp"][mb].to(self.device), d["adv"][mb].to(self.device),
+                                   None if prox is None else prox[mb].to(self.device))
             loss = pg
             if self.reference is not None:
                 with torch.no_grad():
-                    ref_lp = self._token_logprobs(self.reference, d["ids"][mb], d["mask"][mb],
-                                                  d["positions"][mb], d["r_ids"][mb], p_width)
+                    ref_lp = self._token_logprobs(self.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
+                                                  d["r_ids"][mb], p_width, **self.sampling)
                 kl = kl_k3(logp, ref_lp)
                 loss = loss + self.algo.kl_coef * kl
                 part["kl"] += (kl.detach() * m).sum().item()
-            # Each micro-batch divides by the update's token count: a token-mean over the update.
-            total = (loss * m).sum() / tokens
+            total = (loss * m).sum() / tokens  # each micro-batch divides by the update's token count
             if not torch.isfinite(total):
                 finite = False
                 break
@@ -160,7 +180,7 @@ class Learner:
                 part["loss"] += (loss * m).sum().item()
                 part["pg_loss"] += (pg * m).sum().item()
                 part["clip_frac"] += (stats["clip_frac"] * m).sum().item()
-                part["entropy_proxy"] += (-logp * m).sum().item()
+                part["is_weight"] += (stats["is_weight"] * m).sum().item()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.grad_clip)
         if finite and torch.isfinite(grad_norm):
             self.optimizer.step()
@@ -170,42 +190,48 @@ class Learner:
             self.skipped_steps += 1
             log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
                         part["loss"] / tokens, float(grad_norm), self.skipped_steps)
+        # rows that were not computed had is_weight 1 in effect
+        part["is_weight"] += float(d["r_mask"][rows[~needed[rows]]].sum())
         for k, v in part.items():
             sums[k] += v
-        return finite, float(grad_norm)
+        return finite, float(grad_norm), len(compute)
 
-    def _metrics(self, table, rewards, groups, advantages, sums, n_tokens, grad_norm, finite) -> dict:
+    def _metrics(self, table, rewards, groups, outcome, sums, n_tokens, old_lp, r_mask, norms, skipped) -> dict:
         n_groups = int(groups.max()) + 1 if len(groups) else 0
         lo = torch.full((n_groups,), math.inf).scatter_reduce(0, groups, rewards, "amin")
         hi = torch.full((n_groups,), -math.inf).scatter_reduce(0, groups, rewards, "amax")
+        versions = table.column("policy_version")
+        per_token = max(n_tokens, 1)
         out = {
+            "version": self.version,
             "reward/mean": float(rewards.mean()),
             "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-            "train/loss": sums["loss"] / max(n_tokens, 1),
-            "train/pg_loss": sums["pg_loss"] / max(n_tokens, 1),
-            "train/clip_frac": sums["clip_frac"] / max(n_tokens, 1),
-            "train/neg_logprob": sums["entropy_proxy"] / max(n_tokens, 1),
-            "train/grad_norm": float(grad_norm),
+            "train/loss": sums["loss"] / per_token,
+            "train/pg_loss": sums["pg_loss"] / per_token,
+            "train/clip_frac": sums["clip_frac"] / per_token,
+            "train/is_weight_mean": sums["is_weight"] / per_token,
+            # the behaviour policy's negative log-likelihood of its own samples (an entropy estimate)
+            "train/neg_logprob": float(-(old_lp * r_mask).sum()) / per_token,
+            "train/grad_norm": float(np.mean(norms)) if norms else 0.0,
             "train/skipped_nonfinite": float(self.skipped_steps),
-            "train/step_skipped": float(not finite),
-            "train/advantage_abs_mean": float(advantages.abs().mean()),
+            "train/step_skipped": float(skipped > 0),
+            "train/optimizer_steps": len(norms),
+            "train/advantage_abs_mean": float(outcome.abs().mean()),
             "samples/count": table.num_rows,
             "samples/tokens": int(n_tokens + pc.sum(pc.list_value_length(table.column("prompt_ids"))).as_py()),
             "samples/response_length": n_tokens / max(table.num_rows, 1),
             "samples/truncated_frac": float(pc.mean(pc.equal(pc.cast(table.column("finish_reason"),
                                                                     pa.string()), "length")).as_py()),
-            # groups whose samples all got the same reward carry no GRPO signal
+            # groups whose samples all got the same reward carry no group-relative signal
             "samples/uniform_reward_groups_frac": float((lo == hi).float().mean()) if n_groups else 0.0,
-            "policy/version_min": int(pc.min(table.column("policy_version")).as_py()),
+            "policy/version_min": int(pc.min(versions).as_py()),
+            "policy/staleness_max": self.version - 1 - int(pc.min(versions).as_py()),
         }
         if self.reference is not None:
-            out["train/kl"] = sums["kl"] / max(n_tokens, 1)
-        for source in B.reward_sources(table):
-            out[f"reward/{source}"] = float(pc.mean(table.column(B.REWARD_PREFIX + source)).as_py() or 0.0)
-        out.update({f"verify/{k}": v for k, v in B.reward_error_counts(table).items()})
+            out["train/kl"] = sums["kl"] / per_token
         return out
 
-    # ---- supervised warm-up ---------------------------------------------------------------------
+    # ---- supervised warm-up ----------------------------------------------------------------------
     def sft_steps(self, batches: list[pa.Table], lr: float) -> float:
         """Several warm-up steps in one call (fewer round trips); returns the last loss."""
         return [self.sft_step(b, lr) for b in batches][-1]["warmup/loss"]
@@ -215,14 +241,9 @@ class Learner:
         if getattr(self, "_sft_lr", None) != lr:
             self._sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
             self._sft_lr = lr
-        tok = self.tokenizer
-        prompt_ids = tok(prompts.column("prompt").to_pylist(), add_special_tokens=False)["input_ids"]
         answers = [str(a) for a in prompts.column("answer").to_pylist()]
-        answer_ids = [ids + [tok.eos_token_id] for ids in tok(answers, add_special_tokens=False)["input_ids"]]
-        table = pa.table({
-            "prompt_ids": pa.array(prompt_ids, pa.list_(pa.int32())),
-            "response_ids": pa.array(answer_ids, pa.list_(pa.int32())),
-        })
+        table = pa.table({"prompt_ids": self._tokenize(prompts.column("prompt").to_pylist()),
+                          "response_ids": self._tokenize(answers, eos=True)})
         ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
         logp = self._token_logprobs(self.model, ids, mask, positions, r_ids, p_width)
         m = r_mask.to(self.device).float()

@@ -69,3 +69,23 @@ def build(model_cfg: Any, seed: int) -> tuple[torch.nn.Module, PreTrainedTokeniz
                        num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
                        intermediate_size=t.intermediate_size, seed=seed)
     return model, tok
+
+
+def load_reward_model(path: str | Path, seed: int = 0, dtype: torch.dtype = torch.float32):
+    """A scalar reward model (one logit) + tokenizer from a local directory: a saved reward model,
+    or a causal LM whose body is kept and gets a fresh, seeded scalar head (`score`)."""
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    tokenizer = load_tokenizer(path)
+    torch.manual_seed(seed)  # the fresh head is the same wherever this runs
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "some weights were newly initialised" is the point here
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, local_files_only=True,
+                                                                   dtype=dtype)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    if model.config.pad_token_id is None:  # needed to find each sequence's last token
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer

@@ -1,10 +1,15 @@
 """Verifier actor: rule-based reward functions over a rollout batch.
 
-A function that raises, returns a non-number or exceeds its time limit gives that sample a null
-`reward.<source>` and a `reward_error.<source>` message; the run goes on.
+Each function (a registry name or `module:function`) writes `reward.<source>`. A function that
+raises, returns a non-number or exceeds its time limit gives that sample a null `reward.<source>`
+and a `reward_error.<source>` message; the run goes on. Functions run in sandboxed worker
+processes (actors.rewards.sandbox). Rows whose prompt the verifier does not label
+(`verifier.fraction` < 1: column `labelled` false) get a null reward and no error.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -17,48 +22,90 @@ NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "respon
 
 
 class Verifier:
-    def __init__(self, verifier_config):
-        from actors.rewards.sandbox import RewardSandbox
+    def __init__(self, config, role: dict | None = None):
+        from actors.rewards.sandbox import RewardPool
 
-        self.specs = verifier_config.rewards
-        self.on_error = verifier_config.on_error
-        self.accuracy_column = (B.REWARD_PREFIX + verifier_config.accuracy_source
-                                if verifier_config.accuracy_source else "reward")
-        self.sandbox = RewardSandbox({r.name: r.fn or r.name for r in self.specs})
+        self.specs = config.fn_rewards()
+        self.on_error = config.verifier.on_error
+        self.accuracy_source = config.accuracy_source()
+        v = config.verifier
+        self.sandbox = RewardPool({r.name: r.fn or r.name for r in self.specs}, workers=v.workers,
+                                  max_workers=v.max_workers, memory_mb=v.memory_mb, cpu_time_s=v.cpu_time_s)
         self.timeouts = {r.name: r.timeout_s for r in self.specs}
+        self.state: dict = {}  # stateful verifiers (e.g. VeRPO's test weights) keep theirs here
 
-    def score(self, table: pa.Table) -> pa.Table:
-        """Add `reward.<source>`, `reward_error.<source>` per source and the weighted `reward`."""
+    def ping(self) -> int:
+        return 0
+
+    def _scope(self, source: str) -> str:
+        scope = getattr(self.sandbox, "scope", None)
+        return scope(source) if scope else "sample"
+
+    def _score(self, table: pa.Table) -> tuple[pa.Table, dict]:
+        """Append `reward.<source>` and `reward_error.<source>` for every fn source."""
         B.validate(table)
+        start = time.perf_counter()
         columns = [n for n in table.schema.names
-                   if n not in NOT_DATASET and not n.startswith(("reward", "reward_error"))]
+                   if n not in NOT_DATASET and not n.startswith((B.REWARD_PREFIX, B.REWARD_ERROR_PREFIX))]
         rows = table.select(columns).to_pylist()
-        items = [(spec.name, row) for spec in self.specs for row in rows]
-        results = self.sandbox.score(items, self.timeouts)
-        total = np.zeros(table.num_rows, dtype=np.float32)
-        for k, spec in enumerate(self.specs):
-            part = results[k * len(rows):(k + 1) * len(rows)]
-            values = pa.array([v for v, _ in part], pa.float32())
-            errors = pa.array([e for _, e in part], pa.string())
-            table = table.append_column(B.REWARD_PREFIX + spec.name, values)
-            table = table.append_column(B.REWARD_ERROR_PREFIX + spec.name, errors)
-            filled = values.fill_null(self.on_error).to_numpy(zero_copy_only=False)
-            total += spec.weight * filled
-        if "reward" in table.schema.names:
-            table = table.drop_columns(["reward"])
-        return B.with_version(table.append_column("reward", pa.array(total, pa.float32())))
+        labelled = (np.asarray(table.column("labelled").to_numpy(zero_copy_only=False), dtype=bool)
+                    if "labelled" in table.schema.names else np.ones(table.num_rows, dtype=bool))
+        groups = B.group_index(table)
+        items, slots = [], []  # slots: (source, row indices the item's value(s) go to)
+        for spec in self.specs:
+            if self._scope(spec.name) == "group":
+                for g in np.unique(groups[labelled]):
+                    idx = np.nonzero((groups == g) & labelled)[0]
+                    first = rows[idx[0]]
+                    kwargs = {**{k: v for k, v in first.items() if k != "response"},
+                              "responses": [rows[i]["response"] for i in idx], **spec.args}
+                    items.append((spec.name, kwargs))
+                    slots.append((spec.name, idx))
+            else:
+                for i in np.nonzero(labelled)[0]:
+                    items.append((spec.name, {**rows[i], **spec.args}))
+                    slots.append((spec.name, np.array([i])))
+        results = self.sandbox.score(items, self.timeouts) if items else []
+        values = {s.name: np.full(table.num_rows, np.nan, dtype=np.float64) for s in self.specs}
+        errors: dict[str, list] = {s.name: [None] * table.num_rows for s in self.specs}
+        for (source, idx), (value, error) in zip(slots, results):
+            if error is not None:
+                for i in idx:
+                    errors[source][i] = error
+            elif len(idx) == 1 and not isinstance(value, (list, tuple)):
+                values[source][idx[0]] = value
+            else:
+                values[source][idx] = value
+        info = {"busy_s": 0.0, "rows": table.num_rows}
+        for spec in self.specs:
+            v = values[spec.name]
+            table = B.replace_column(table, B.REWARD_PREFIX + spec.name, pa.array(v, pa.float32(), mask=np.isnan(v)))
+            table = B.replace_column(table, B.REWARD_ERROR_PREFIX + spec.name, pa.array(errors[spec.name], pa.string()))
+            info[f"errors/{spec.name}"] = sum(e is not None for e in errors[spec.name])
+        info["busy_s"] = time.perf_counter() - start
+        return B.with_version(table), info
+
+    @ray.method(num_returns=2)
+    def score(self, table: pa.Table) -> tuple[pa.Table, dict]:
+        return self._score(table)
 
     def evaluate(self, table: pa.Table) -> dict[str, float]:
-        """Score a greedy eval batch; accuracy is the mean of `accuracy_source` (default: the
-        aggregated reward), failed samples counting as `on_error`."""
-        scored = self.score(table)
-        column = scored.column(self.accuracy_column).fill_null(self.on_error)
+        """Score a greedy held-out batch; accuracy is the mean of the accuracy source, failed
+        samples counting as `verifier.on_error`."""
+        scored, info = self._score(table.drop_columns(["labelled"]) if "labelled" in table.schema.names
+                                   else table)
+        column = scored.column(B.REWARD_PREFIX + self.accuracy_source).fill_null(self.on_error)
         return {"accuracy": float(np.mean(column.to_numpy())), "samples": scored.num_rows,
                 **B.reward_error_counts(scored)}
 
+    def state_dict(self) -> dict:
+        return dict(self.state)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = dict(state)
+
     def close(self) -> None:
         self.sandbox.close()
-
 
 
 VerifierActor = ray.remote(Verifier)

@@ -65,48 +65,100 @@ def main(argv: list[str] | None = None) -> int:
     if not (config.ray.address or os.environ.get("RAY_ADDRESS")):
         # The embedded cluster serves this process only: bind it to loopback (read at ray import).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    from orchestrator.run import actor_error_message, run
+    from orchestrator.errors import actor_error_message
+    from orchestrator.run import run
+    from orchestrator.warmup import Stopped
 
     try:
         summary = run(config, resume=args.resume)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except ConfigError as e:  # found once Ray is up (e.g. resources the local cluster lacks)
+    except Stopped as e:
+        import signal
+        print(str(e), file=sys.stderr)
+        return 128 + getattr(signal, e.signame)
+    except (ConfigError, FileNotFoundError) as e:  # found once Ray is up (e.g. resources it lacks)
         print(f"error: {e}", file=sys.stderr)
         return EXIT_CONFIG
     except Exception as e:  # noqa: BLE001  (one clear line, the traceback is in the actor logs)
         print(f"error: {actor_error_message(e)}", file=sys.stderr)
         return 1
     _report(summary)
+    if summary.get("stopped_by"):
+        import signal
+        return 128 + getattr(signal, summary["stopped_by"])
     return 0
 
 
 def _preflight(config) -> None:
-    """Catch what would otherwise fail inside an actor: user reward code and the dataset."""
+    """Catch before Ray starts what would otherwise fail inside an actor: every import-path plug-in
+    (reward functions, estimators, losses, the recipe), the datasets and the model directory."""
+    from actors.algorithms import ADVANTAGES, OFF_POLICY, POLICY_LOSSES
     from actors.rewards import REWARD_FUNCTIONS
     from orchestrator.data import load_prompts
+    from orchestrator.recipes import RECIPES, Recipe
 
-    for spec in config.verifier.rewards:
+    for spec in config.fn_rewards():
         fn = REWARD_FUNCTIONS.get(spec.fn or spec.name)
         if not callable(fn):
-            raise ConfigError(f"verifier.rewards[{spec.name}]: {spec.fn or spec.name!r} is not callable")
+            raise ConfigError(f"rewards[{spec.name}]: {spec.fn or spec.name!r} is not callable")
+    for key, registry, name in (("algorithm.advantage", ADVANTAGES, config.algorithm.advantage),
+                                ("algorithm.policy_loss", POLICY_LOSSES, config.algorithm.policy_loss),
+                                ("algorithm.off_policy", OFF_POLICY, config.algorithm.off_policy)):
+        if name is not None and not callable(registry.get(name)):
+            raise ConfigError(f"{key}: {name!r} is not callable")
+    recipe = RECIPES.get(config.recipe)
+    if not (isinstance(recipe, type) and issubclass(recipe, Recipe)):
+        raise ConfigError(f"recipe {config.recipe!r} is not a subclass of orchestrator.recipes.Recipe")
     load_prompts(config.data, config.seed)
-    if config.model.path and not Path(config.model.path).expanduser().is_dir():
-        raise ConfigError(f"model.path {config.model.path!r} is not a directory")
+    if config.reward_model.pairs_path and config.recipe == "reward_model":
+        from orchestrator.pair_source import load_pair_splits
+        load_pair_splits(config.reward_model, config.seed)
+    if config.model.path:
+        path = Path(config.model.path).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"model.path {config.model.path!r} is not a directory")
+        _check_generation_config(path)
+
+
+def _check_generation_config(path: Path) -> None:
+    """A loaded model's generation_config may set sampling processors that the learner cannot
+    reproduce; refuse them by name rather than train on wrong behaviour log-probs."""
+    if not (path / "generation_config.json").is_file():
+        return
+    from transformers import GenerationConfig
+
+    from actors.sampling import unsupported_settings
+
+    found = unsupported_settings(GenerationConfig.from_pretrained(str(path)))
+    if found:
+        raise ConfigError(f"{path}/generation_config.json sets {found}: coevo samples with rollout.temperature, "
+                          "top_p and top_k only, and its learner cannot reproduce these; remove them from that file")
 
 
 def _report(summary: dict) -> None:
-    acc = summary.get("eval/accuracy")
     run_dir = summary["run_dir"]
-    print(f"\ndone: {summary['steps']} steps in {summary['time/total_s']:.1f}s "
+    evals = "; ".join(f"held-out {k[5:].replace('_', ' ')} {v:.3f}" for k, v in summary.items()
+                      if k in ("eval/accuracy", "eval/pair_accuracy") and v is not None) or "no evaluation"
+    stopped = summary.get("stopped_by")
+    head = f"stopped by {stopped} after" if stopped else "done:"
+    print(f"\n{head} {summary['steps']} steps in {summary['time/total_s']:.1f}s "
           f"(Ray {summary['time/ray_start_s']:.1f}s, warm-up {summary['time/warmup_s']:.1f}s, "
-          f"RL {summary['time/train_s']:.1f}s); held-out accuracy {acc if acc is None else f'{acc:.3f}'}")
+          f"training {summary['time/train_s']:.1f}s); {evals}")
     print(f"run directory: {run_dir}")
     print(f"  metrics:     {run_dir}/metrics.jsonl")
     print(f"  tensorboard: tensorboard --logdir {run_dir}/tensorboard")
     print(f"  plots:       {', '.join(summary['plots'])}")
-    print(f"  checkpoint:  {summary['final_checkpoint']}  (AutoModelForCausalLM.from_pretrained)")
+    ckpt = summary["final_checkpoint"]
+    learners = sorted(p.name for p in Path(ckpt).iterdir() if (p / "config.json").is_file())
+    loaders = {"policy_learner": "AutoModelForCausalLM", "rm_learner": "AutoModelForSequenceClassification",
+               "prm_learner": "AutoModelForCausalLM"}
+    print(f"  checkpoint:  {ckpt}")
+    for name in learners:
+        print(f"    {name + '/':16} {loaders.get(name, 'from_pretrained')}.from_pretrained")
+    if stopped:
+        print(f"resume with:  coevo run --resume --output-dir {run_dir}")
 
 
 if __name__ == "__main__":

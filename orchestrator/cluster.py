@@ -25,17 +25,22 @@ def connect(ray_cfg) -> tuple[str, bool]:
     return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
 
 
-def check_resources(config, local: bool) -> None:
+def check_resources(config, roles: dict, local: bool) -> None:
     """An embedded cluster never grows: asking for more than it has would wait forever."""
-    r, a, v = config.rollout, config.algorithm, config.verifier
-    want = {"CPU": r.replicas * r.num_cpus + a.num_cpus + v.num_cpus, "GPU": r.replicas * r.num_gpus + a.num_gpus}
+    from orchestrator.roles import resolve
+
+    want = {"CPU": 0.0, "GPU": 0.0}
+    for name, spec in roles.items():
+        spec = resolve(spec, config.roles.get(name))
+        want["CPU"] += spec.replicas * spec.num_cpus
+        want["GPU"] += spec.replicas * spec.num_gpus
     have = ray.cluster_resources()
     short = {k: (n, have.get(k, 0)) for k, n in want.items() if n > have.get(k, 0)}
     if not short:
         return
     text = ", ".join(f"{n:g} {k} (the cluster has {h:g})" for k, (n, h) in short.items())
-    msg = (f"the actors ask for {text}: see rollout.replicas, rollout.num_cpus/num_gpus, "
-           f"algorithm.num_cpus/num_gpus, verifier.num_cpus")
+    msg = (f"the roles ask for {text}: see roles.<name>.replicas / num_cpus / num_gpus "
+           f"for roles {sorted(roles)}")
     if local:
         from orchestrator.config import ConfigError
         raise ConfigError(msg + " (or ray.num_cpus for the local cluster)")

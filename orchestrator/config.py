@@ -73,15 +73,15 @@ class DataConfig(Section):
 
 class RolloutConfig(Section):
     backend: str = "hf"
-    prompts_per_step: int = Field(32, gt=0)
-    samples_per_prompt: int = Field(8, gt=0)
+    prompts_per_step: int = Field(32, gt=0)  # prompt groups per train batch
+    samples_per_prompt: int = Field(8, gt=0)  # the group size
     max_new_tokens: int = Field(8, gt=0)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    replicas: int = Field(1, ge=1)  # generator actors sharing each step's prompts
-    chunks_per_replica: int = Field(1, ge=1)  # smaller pieces let verification start earlier
-    num_cpus: float = Field(1, ge=0)
-    num_gpus: float = Field(0, ge=0)
+    top_k: int = Field(0, ge=0)  # 0: no top-k truncation
+    # Prompts per generate call; None: the batch split evenly over the generator replicas. Smaller
+    # pieces let scoring start earlier and spread over replicas; a piece is never split later.
+    chunk_prompts: Optional[int] = Field(None, gt=0)
 
     @field_validator("backend")
     @classmethod
@@ -91,55 +91,75 @@ class RolloutConfig(Section):
 
 
 class RewardSpec(Section):
-    name: str  # the reward source: column reward.<name>
+    """One reward source, written to column `reward.<name>`: a verifier function (`fn`) or a reward
+    model (`model`)."""
+    name: str
     fn: Optional[str] = None  # built-in name or `module:function`; defaults to `name`
-    weight: float = 1.0
+    model: Optional[str] = None  # a scalar reward model: a local directory, or "auto" (see reward_model)
+    args: dict[str, Any] = {}  # extra keyword arguments for `fn`
+    weight: float = 1.0  # in the aggregated `reward`; 0 logs the source without training on it
+    normalize: Literal["none", "group", "running"] = "none"
     timeout_s: float = Field(5.0, gt=0)
 
     @model_validator(mode="after")
-    def _known_fn(self) -> "RewardSpec":
-        from actors.rewards import REWARD_FUNCTIONS
-        registered(self.fn or self.name, REWARD_FUNCTIONS)
+    def _one_kind(self) -> "RewardSpec":
+        if self.fn is not None and self.model is not None:
+            raise ValueError(f"rewards[{self.name}]: set either fn (a verifier function) or model "
+                             "(a reward model), not both")
+        if self.model is None:
+            from actors.rewards import REWARD_FUNCTIONS
+            registered(self.fn or self.name, REWARD_FUNCTIONS)
+        elif self.args:
+            raise ValueError(f"rewards[{self.name}]: args apply to fn rewards only")
         return self
+
+    @property
+    def kind(self) -> str:
+        return "model" if self.model is not None else "fn"
 
 
 class VerifierConfig(Section):
-    rewards: list[RewardSpec] = [RewardSpec(name="integer_match")]
     on_error: float = 0.0  # reward used in the aggregate when a source fails for a sample
-    accuracy_source: Optional[str] = None  # eval/accuracy = mean of this source (default: `reward`)
-    num_cpus: float = Field(0, ge=0)
+    accuracy_source: Optional[str] = None  # eval/accuracy = mean of this fn source (default: the first)
+    # Fraction of training prompts the verifier labels (chosen per prompt, seeded); the others get a
+    # null verifier reward with no error. Held-out prompts are always labelled.
+    fraction: float = Field(1.0, ge=0, le=1)
+    workers: int = Field(2, ge=1)  # sandboxed reward worker processes per verifier replica
+    # extra workers stand in for stuck ones, so hanging samples overlap: about one time limit per batch
+    max_workers: int = Field(32, ge=1)
+    memory_mb: Optional[int] = Field(2048, gt=0)  # address space a reward worker may add
+    cpu_time_s: Optional[float] = Field(None, gt=0)  # CPU seconds per sample (the wall limit is timeout_s)
 
-    @model_validator(mode="after")
-    def _known_source(self) -> "VerifierConfig":
-        names = [r.name for r in self.rewards]
-        if self.accuracy_source is not None and self.accuracy_source not in names:
-            raise ValueError(f"verifier.accuracy_source {self.accuracy_source!r} is not a reward name; "
-                             f"accepted: {names}")
-        return self
 
-    @field_validator("rewards")
-    @classmethod
-    def _unique(cls, v: list[RewardSpec]) -> list[RewardSpec]:
-        names = [r.name for r in v]
-        if not names:
-            raise ValueError("verifier.rewards needs at least one reward")
-        if len(set(names)) != len(names):
-            raise ValueError(f"verifier.rewards names must be unique, got {names}")
-        return v
+class ReplicaRole(Section):
+    """Resources of one named role: a pool of Ray actors."""
+    replicas: int = Field(1, ge=1)
+    num_cpus: float = Field(1, ge=0)
+    num_gpus: float = Field(0, ge=0)
+    threads: int = Field(0, ge=0)  # torch threads per replica; 0: train.threads
+    max_restarts: int = Field(3, ge=-1)  # Ray restarts a dead replica this often (-1: always)
 
 
 class AlgorithmConfig(Section):
     advantage: str = "grpo"
     policy_loss: str = "ppo_clip"
+    # Off-policy correction: "none" (on-policy PPO clip against the behaviour log-probs), "tis"
+    # (truncated importance sampling) or "decoupled_ppo" (proximal policy recomputed). Required
+    # explicitly when train.max_staleness > 0.
+    off_policy: Optional[str] = None
+    is_cap: float = Field(2.0, gt=0)  # truncation of the behaviour importance weight
     clip_eps: float = Field(0.2, gt=0)
+    clip_eps_high: Optional[float] = Field(None, gt=0)  # DAPO clip-higher; None: clip_eps
     kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model (k3 estimator)
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     micro_batch_size: int = Field(256, gt=0)  # rows per forward/backward (memory)
-    mini_batches: int = Field(1, ge=1)  # optimizer steps per train batch (PPO-style updates)
-    num_cpus: float = Field(1, ge=0)
-    num_gpus: float = Field(0, ge=0)
+    mini_batches: int = Field(1, ge=1)  # optimizer steps per train batch, of near-equal size
+    # Skip the forward/backward of groups whose samples all got the same reward: with a
+    # group-relative advantage they carry no gradient (the token-mean keeps the whole batch's count,
+    # so the update is unchanged).
+    skip_uniform_groups: bool = True
 
     @field_validator("advantage")
     @classmethod
@@ -152,6 +172,54 @@ class AlgorithmConfig(Section):
     def _known_loss(cls, v: str) -> str:
         from actors.algorithms import POLICY_LOSSES
         return registered(v, POLICY_LOSSES)
+
+    @field_validator("off_policy")
+    @classmethod
+    def _known_correction(cls, v: Optional[str]) -> Optional[str]:
+        from actors.algorithms import OFF_POLICY
+        return v if v is None else registered(v, OFF_POLICY)
+
+
+class RewardModelConfig(Section):
+    """The scalar reward model (Bradley-Terry): its learner (recipes reward_model and cooper) and,
+    for rewards with `model: auto`, its cached warm-up on verifier-labelled pairs."""
+    init: Optional[str] = None  # recipe reward_model: a local model directory; None: the warm policy
+    template: str = "{prompt}{response}"  # text the reward model reads ({answer}: the reference)
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    margin: float = Field(0.0, ge=0)  # Bradley-Terry margin
+    batch_pairs: int = Field(256, gt=0)  # pairs per optimizer step
+    update_every: int = Field(1, ge=1)  # cooper: one reward-model update every k policy steps
+    pair_selection: Literal["hardest", "random"] = "hardest"
+    pairs_per_group: int = Field(1, ge=1)
+    label_source: Optional[str] = None  # verifier source whose labels build pairs (default: first fn)
+    label_threshold: float = 0.5  # a response is correct when its label reward >= this
+    # Training from a file of preference pairs (recipe reward_model): JSONL/Parquet with prompt,
+    # chosen, rejected. Without it, pairs come from the policy's samples labelled by the verifier.
+    pairs_path: Optional[str] = None
+    eval_pairs_path: Optional[str] = None
+    eval_pairs: int = Field(200, gt=0)  # held-out pairs when no eval file is given
+    # `model: auto` rewards start from the warm policy with a fresh scalar head, trained for this
+    # many steps on verifier-labelled pairs from `warmup_prompts` training prompts (cached).
+    warmup_steps: int = Field(100, ge=1)
+    warmup_prompts: Optional[int] = Field(None, gt=0)  # None: all training prompts
+    cache: bool = True
+
+    @field_validator("template")
+    @classmethod
+    def _fields(cls, v: str) -> str:
+        for key in ("{prompt}", "{response}"):
+            if key not in v:
+                raise ValueError(f"reward_model.template must contain {key}")
+        return v
+
+
+class PrimeConfig(Section):
+    """PRIME (Cui et al. 2025): implicit process rewards beta * log(pi_phi / pi_ref) per token."""
+    beta: float = Field(0.05, gt=0)
+    lr: float = Field(1e-4, gt=0)  # of the implicit PRM (a causal LM initialised from the policy)
+    process_weight: float = Field(1.0, ge=0)  # dense advantage coefficient
+    label_source: Optional[str] = None  # verifier source giving outcome labels (default: first fn)
 
 
 class WarmupConfig(Section):
@@ -170,7 +238,10 @@ class TrainConfig(Section):
     max_steps: int = Field(200, gt=0)
     stop_at_accuracy: Optional[float] = Field(None, ge=0, le=1)  # end early once eval reaches it
     eval_every: int = Field(5, gt=0)
-    checkpoint_every: int = Field(0, ge=0)  # 0: only the final checkpoint
+    # 0 = strict on-policy; k > 0 lets generation run up to k policy versions ahead of the learner.
+    max_staleness: int = Field(0, ge=0)
+    checkpoint_every: int = Field(50, ge=0)  # 0: only the final checkpoint (and on SIGTERM/SIGINT)
+    keep_checkpoints: int = Field(2, ge=1)  # the newest K step checkpoints are kept
     dump_rollouts: bool = False  # rollouts/step_N.parquet
     threads: int = Field(0, ge=0)  # torch threads per actor; 0 = the node's cores
 
@@ -182,17 +253,116 @@ class RayConfig(Section):
 
 
 class Config(Section):
-    recipe: Literal["grpo"] = "grpo"
+    recipe: str = "grpo"  # a registered recipe (pipelines) or `module:Class`
     seed: int = 0
     output_dir: Optional[str] = None
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     rollout: RolloutConfig = RolloutConfig()
+    rewards: list[RewardSpec] = [RewardSpec(name="integer_match")]
     verifier: VerifierConfig = VerifierConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
+    reward_model: RewardModelConfig = RewardModelConfig()
+    prime: PrimeConfig = PrimeConfig()
     warmup: WarmupConfig = WarmupConfig()
     train: TrainConfig = TrainConfig()
+    # Extra aggregation stages over the reward sources (G-RA gates, PAR, Parrot selection, process
+    # rewards): see actors/rewards/aggregate.py. Weights and normalisation come from `rewards`.
+    aggregate: dict[str, Any] = {}
+    roles: dict[str, ReplicaRole] = {}  # resources per role; the recipe names its roles
     ray: RayConfig = RayConfig()
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, v: str) -> str:
+        from orchestrator.recipes import RECIPES
+        return registered(v, RECIPES)
+
+    @field_validator("rewards")
+    @classmethod
+    def _unique(cls, v: list[RewardSpec]) -> list[RewardSpec]:
+        names = [r.name for r in v]
+        if not names:
+            raise ValueError("rewards needs at least one reward source")
+        if len(set(names)) != len(names):
+            raise ValueError(f"rewards names must be unique, got {names}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "Config":
+        fn_names = [r.name for r in self.rewards if r.kind == "fn"]
+        for key, value in (("verifier.accuracy_source", self.verifier.accuracy_source),
+                           ("reward_model.label_source", self.reward_model.label_source),
+                           ("prime.label_source", self.prime.label_source)):
+            if value is not None and value not in fn_names:
+                raise ValueError(f"{key} {value!r} is not a verifier (fn) reward; accepted: {fn_names}")
+        from actors.algorithms import ADVANTAGES
+        group_relative = getattr(ADVANTAGES.get(self.algorithm.advantage), "group_relative", False)
+        if group_relative and self.rollout.samples_per_prompt < 2:
+            raise ValueError(f"algorithm.advantage {self.algorithm.advantage!r} compares the samples of "
+                             "a prompt with each other: rollout.samples_per_prompt must be >= 2, got "
+                             f"{self.rollout.samples_per_prompt}")
+        if self.train.max_staleness > 0 and self.algorithm.off_policy in (None, "none"):
+            raise ValueError("train.max_staleness > 0 trains on samples from older policies: choose an "
+                             "off-policy correction explicitly, algorithm.off_policy=tis or decoupled_ppo")
+        from actors.rewards.aggregate import Aggregator
+        try:
+            Aggregator(self.aggregate_spec(), sources=[r.name for r in self.rewards])
+        except ValueError as e:
+            raise ValueError(f"aggregate: {e}") from None
+        if "weights" in self.aggregate or "on_error" in self.aggregate:
+            raise ValueError("aggregate.weights / aggregate.on_error: set rewards[].weight and "
+                             "verifier.on_error instead")
+        from orchestrator.recipes import RECIPES
+        known = RECIPES.get(self.recipe).role_names(self)
+        unknown = sorted(set(self.roles) - set(known))
+        if unknown:
+            raise ValueError(f"roles: recipe {self.recipe!r} has no role {unknown[0]!r}; its roles: {known}")
+        for name in known:
+            if name.endswith("learner") and name in self.roles and self.roles[name].replicas != 1:
+                raise ValueError(f"roles.{name}.replicas: a learner runs as one replica")
+        chunk = self.rollout.chunk_prompts
+        if chunk is not None and self.rollout.prompts_per_step % chunk:
+            raise ValueError(f"rollout.chunk_prompts={chunk} must divide rollout.prompts_per_step="
+                             f"{self.rollout.prompts_per_step}")
+        return self
+
+    def aggregate_spec(self) -> dict:
+        """The reward aggregation spec: each source's weight and normalisation, plus `aggregate:`."""
+        spec: dict[str, Any] = {"weights": {r.name: r.weight for r in self.rewards},
+                                "on_error": self.verifier.on_error}
+        normalize = {r.name: r.normalize for r in self.rewards if r.normalize != "none"}
+        if normalize:
+            spec["normalize"] = normalize
+        spec.update(self.aggregate)
+        return spec
+
+    def fn_rewards(self) -> list[RewardSpec]:
+        return [r for r in self.rewards if r.kind == "fn"]
+
+    def model_rewards(self) -> list[RewardSpec]:
+        return [r for r in self.rewards if r.kind == "model"]
+
+    def accuracy_source(self) -> Optional[str]:
+        fns = self.fn_rewards()
+        return self.verifier.accuracy_source or (fns[0].name if fns else None)
+
+    def label_source(self, section) -> Optional[str]:
+        fns = self.fn_rewards()
+        return section.label_source or (fns[0].name if fns else None)
+
+
+# Keys that moved, so an old config gets pointed at the new place instead of a bare "unknown key".
+MOVED = {
+    "verifier.rewards": "rewards (a top-level list)",
+    "verifier.num_cpus": "roles.verifier.num_cpus",
+    "rollout.replicas": "roles.generator.replicas",
+    "rollout.num_cpus": "roles.generator.num_cpus",
+    "rollout.num_gpus": "roles.generator.num_gpus",
+    "rollout.chunks_per_replica": "rollout.chunk_prompts",
+    "algorithm.num_cpus": "roles.policy_learner.num_cpus",
+    "algorithm.num_gpus": "roles.policy_learner.num_gpus",
+}
 
 
 class ConfigError(ValueError):
@@ -266,7 +436,9 @@ def describe_errors(exc: ValidationError) -> str:
     for err in exc.errors():
         loc = [p for p in err["loc"]]
         key = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and key in MOVED:
+            lines.append(f"  {key!r} has moved: use {MOVED[key]}")
+        elif err["type"] == "extra_forbidden":
             accepted = _fields_at(loc[:-1])
             lines.append(f"  unknown key {key!r}; accepted keys here: {', '.join(accepted)}")
         else:
@@ -278,10 +450,14 @@ def describe_errors(exc: ValidationError) -> str:
 def _fields_at(loc: list) -> list[str]:
     """Field names of the config section at `loc` (list indices are skipped)."""
     model: type[BaseModel] = Config
-    for part in loc:
-        if isinstance(part, int):
+    parts = iter(loc)
+    for part in parts:
+        if isinstance(part, int) or part not in model.model_fields:
             continue
         ann = model.model_fields[part].annotation
+        if getattr(ann, "__origin__", None) is dict:  # roles.<name>: skip the key
+            ann = ann.__args__[1]
+            next(parts, None)
         ann = getattr(ann, "__args__", (ann,))[0] if not isinstance(ann, type) else ann
         if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
             break

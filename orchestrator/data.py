@@ -48,29 +48,38 @@ def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int) -> 
 
 
 # ---- user files -------------------------------------------------------------------------------
-def read_rows(path: str | Path) -> pa.Table:
-    """Read a .jsonl or .parquet file, check the required columns and rows, add `prompt_id`."""
+def read_table(path: str | Path, required: tuple[str, ...] = REQUIRED, text: tuple[str, ...] = ("prompt",),
+               what: str = "dataset") -> pa.Table:
+    """Read a .jsonl or .parquet file; check the required columns, their nulls, and text columns."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise DatasetError(f"dataset file {str(path)!r} not found")
+        raise DatasetError(f"{what} file {str(path)!r} not found")
     if path.suffix == ".parquet":
         table = pq.read_table(path)
     elif path.suffix in (".jsonl", ".json"):
-        table = _read_jsonl(path)
+        table = _read_jsonl(path, required, text)
     else:
-        raise DatasetError(f"dataset file {str(path)!r}: use .jsonl or .parquet")
+        raise DatasetError(f"{what} file {str(path)!r}: use .jsonl or .parquet")
     if table.num_rows == 0:
-        raise DatasetError(f"dataset file {str(path)!r} has no rows")
-    for col in REQUIRED:
+        raise DatasetError(f"{what} file {str(path)!r} has no rows")
+    for col in required:
         if col not in table.schema.names:
-            raise DatasetError(f"dataset file {str(path)!r} has no {col!r} column "
+            raise DatasetError(f"{what} file {str(path)!r} has no {col!r} column "
                                f"(columns: {table.schema.names})")
         if table.column(col).null_count:
             row = int(np.nonzero(table.column(col).is_null().to_numpy(zero_copy_only=False))[0][0])
-            raise DatasetError(f"dataset file {str(path)!r} row {row}: {col!r} is missing or null")
-    if not pa.types.is_string(table.schema.field("prompt").type):
-        raise DatasetError(f"dataset file {str(path)!r}: column 'prompt' must be text, "
-                           f"got {table.schema.field('prompt').type}")
+            raise DatasetError(f"{what} file {str(path)!r} row {row}: {col!r} is missing or null")
+    for col in text:
+        if not pa.types.is_string(table.schema.field(col).type):
+            raise DatasetError(f"{what} file {str(path)!r}: column {col!r} must be text, "
+                               f"got {table.schema.field(col).type}")
+    return table
+
+
+def read_rows(path: str | Path) -> pa.Table:
+    """A prompt dataset: `prompt` and `answer` (as text); adds `prompt_id` (from `id` if present)."""
+    path = Path(path).expanduser()
+    table = read_table(path)
     table = table.set_column(table.schema.get_field_index("answer"), "answer",
                              table.column("answer").cast(pa.string()))
     if "prompt_id" in table.schema.names:
@@ -80,27 +89,40 @@ def read_rows(path: str | Path) -> pa.Table:
     return table.add_column(0, "prompt_id", ids)
 
 
-def _read_jsonl(path: Path) -> pa.Table:
-    rows = []
-    with path.open() as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DatasetError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
-            for col in REQUIRED:
-                if row.get(col) is None:
-                    raise DatasetError(f"{path}:{lineno}: row has no {col!r} field (keys: {sorted(row)})")
-            if not isinstance(row["prompt"], str):
-                raise DatasetError(f"{path}:{lineno}: 'prompt' must be a string, got {row['prompt']!r}")
-            if isinstance(row["answer"], (dict, list)):
-                raise DatasetError(f"{path}:{lineno}: 'answer' must be a string or number, got {row['answer']!r}")
-            row["answer"] = str(row["answer"])
-            rows.append(row)
+PAIR_COLUMNS = ("prompt", "chosen", "rejected")
+
+
+def read_pairs(path: str | Path) -> pa.Table:
+    """Preference pairs: `prompt`, `chosen`, `rejected` text columns (others pass through)."""
+    return read_table(path, required=PAIR_COLUMNS, text=PAIR_COLUMNS, what="pairs")
+
+
+def _read_jsonl(path: Path, required: tuple[str, ...] = REQUIRED, text: tuple[str, ...] = ("prompt",)) -> pa.Table:
+    rows, lineno = [], 0
+    with path.open(encoding="utf-8", errors="strict") as f:
+        try:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                if not isinstance(row, dict):
+                    raise DatasetError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+                for col in required:
+                    if row.get(col) is None:
+                        raise DatasetError(f"{path}:{lineno}: row has no {col!r} field (keys: {sorted(row)})")
+                for col in text:
+                    if not isinstance(row[col], str):
+                        raise DatasetError(f"{path}:{lineno}: {col!r} must be a string, got {row[col]!r}")
+                if "answer" in required:
+                    if isinstance(row["answer"], (dict, list)):
+                        raise DatasetError(f"{path}:{lineno}: 'answer' must be a string or number, got {row['answer']!r}")
+                    row["answer"] = str(row["answer"])
+                rows.append(row)
+        except UnicodeDecodeError as e:
+            raise DatasetError(f"{path}: not valid UTF-8 after line {lineno - 1} ({e.reason})") from None
     try:
         return pa.Table.from_pylist(rows)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
@@ -119,12 +141,19 @@ def user_dataset(path: str, eval_path: str | None, eval_size: int, seed: int) ->
     return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=Path(path).stem)
 
 
-def load_prompts(data_cfg, seed: int) -> PromptSet:
+def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0) -> PromptSet:
+    """The prompt splits. With `label_fraction` < 1 the training prompts get a `labelled` column:
+    which prompts the verifier labels, fixed per prompt for the run (seeded), as when checkable
+    answers exist for only part of a dataset. Held-out prompts are always labelled."""
     if data_cfg.path:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
     else:
         a = data_cfg.arithmetic
         prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed)
+    if label_fraction < 1.0:
+        n = prompts.train.num_rows
+        labelled = np.random.default_rng([seed, 7]).random(n) < label_fraction
+        prompts.train = prompts.train.append_column("labelled", pa.array(labelled, pa.bool_()))
     template = data_cfg.prompt_template
     if template != "{prompt}":
         for split in ("train", "eval"):

@@ -7,19 +7,30 @@ import math
 import re
 from pathlib import Path
 
-PLOTTED = (("reward/mean", "reward (train samples)"), ("eval/accuracy", "held-out greedy accuracy"))
+PLOTTED = (("reward/mean", "reward (train samples)"), ("eval/accuracy", "held-out greedy accuracy"),
+           ("rm/batch_pair_accuracy", "reward model: pair accuracy on fresh batches"),
+           ("eval/pair_accuracy", "reward model: held-out pair accuracy"))
 
 
 class MetricsSink:
-    def __init__(self, run_dir: Path, ray_metrics: bool = True):
+    """`resume_step`: a resumed run keeps the rows up to its checkpoint's step and drops later ones
+    (written after the checkpoint by the interrupted session), in metrics.jsonl and TensorBoard."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None, ray_metrics: bool = True):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = run_dir
         self.path = run_dir / "metrics.jsonl"
-        self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         self.history: list[dict] = []
-        if self.path.exists():  # resumed run: keep what is there
-            self.history = [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        if resume_step is not None and self.path.exists():
+            rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+            self.history = [r for r in rows if r["step"] <= resume_step]
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+            tmp.replace(self.path)
+        # purge_step drops TensorBoard events at or after it that an interrupted session wrote
+        self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"),
+                                purge_step=None if resume_step is None else resume_step + 1)
         self._gauges: dict | None = {} if ray_metrics else None
 
     def log(self, row: dict) -> None:
@@ -52,14 +63,16 @@ class MetricsSink:
 
         out_dir = self.run_dir / "plots"
         out_dir.mkdir(exist_ok=True)
-        fig, axes = plt.subplots(1, len(PLOTTED), figsize=(5 * len(PLOTTED), 3.5))
-        for ax, (key, title) in zip(axes, PLOTTED):
+        shown = [(k, t) for k, t in PLOTTED if any(r.get(k) is not None for r in self.history)] or list(PLOTTED[:2])
+        fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.5), squeeze=False)
+        for ax, (key, title) in zip(axes[0], shown):
             points = [(r["step"], r[key]) for r in self.history if r.get(key) is not None]
             if points:
                 ax.plot(*zip(*points), marker="o" if key.startswith("eval") else None, markersize=3)
             ax.set_title(title)
             ax.set_xlabel("step")
-            ax.set_ylim(-0.02, 1.02)
+            if "accuracy" in key:
+                ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
         fig.tight_layout()
         path = out_dir / "reward_accuracy.png"

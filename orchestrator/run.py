@@ -1,136 +1,267 @@
-"""One training run: Ray, data, actors, warm-up, the loop, checkpoints and the run directory."""
+"""One training run: the run directory, Ray, data, roles, warm-ups, the loop, checkpoints, signals."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
+import os
+import signal
 import time
 from datetime import datetime
 from pathlib import Path
 
 import ray
 
+from orchestrator import checkpoint as ckpt
 from orchestrator import cluster
-from orchestrator.config import Config, dump_config
+from orchestrator.config import Config, ConfigError, dump_config
 from orchestrator.data import PromptSampler, load_prompts
-from orchestrator.loop import RunContext, train, write_state
+from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
-from actors.registry import import_path
+from orchestrator.recipes import RECIPES, Sources
+from orchestrator.roles import RoleError, build_pools
 from orchestrator.warmup import cached, warm_up
 
-STATE_FILE = "loop_state.json"
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
 
 
-def default_run_dir(config: Config) -> Path:
-    return Path("runs") / f"{config.recipe}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+def in_ray_job() -> bool:
+    """`ray job submit` runs the entrypoint with this variable set (and a temporary working dir)."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = [p.parent for p in (run_dir / "checkpoints").glob(f"*/{STATE_FILE}")]
-    return max(found, key=lambda p: json.loads((p / STATE_FILE).read_text())["step"], default=None)
-
-
-async def save_checkpoint(ctx: RunContext, name: str) -> Path:
-    path = ctx.run_dir / "checkpoints" / name
-    await ctx.learner.save.remote(str(path))
-    write_state(path / STATE_FILE, ctx)
+def resolve_run_dir(config: Config, resume: bool) -> Path:
+    """Where the run's outputs go. Inside a Ray job the working directory is Ray's temporary copy,
+    deleted with its session, so the default is under the home directory and a relative path is
+    refused. An existing run directory is reused only with --resume."""
+    stamp = f"{config.recipe.replace(':', '_').replace('.', '_')}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    if config.output_dir is None:
+        base = Path("~/coevo/runs").expanduser() if in_ray_job() else Path("runs")
+        path = base / stamp
+    else:
+        path = Path(config.output_dir).expanduser()
+        if in_ray_job() and not path.is_absolute():
+            raise ConfigError(f"output_dir {config.output_dir!r} is relative, but inside a Ray job the working "
+                              "directory is a temporary copy that Ray deletes: give an absolute path, e.g. on "
+                              "shared storage (--output-dir /mnt/shared/runs/try1)")
+    path = path.resolve()
+    if resume:
+        if ckpt.latest(path) is None:
+            raise FileNotFoundError(f"--resume: no checkpoint under {path}/checkpoints")
+    elif path.exists() and any((path / m).exists() for m in RUN_MARKERS):
+        raise ConfigError(f"{path} already holds a run; continue it with --resume, or choose another "
+                          "--output-dir (coevo never writes over an earlier run)")
     return path
 
 
-def create_actors(config: Config, model_source: str | None):
-    from actors.generator import GeneratorActor
-    from actors.learner import LearnerActor
-    from actors.verifier import VerifierActor
+class Run:
+    def __init__(self, config: Config, run_dir: Path, resume: bool):
+        self.config, self.run_dir = config, run_dir
+        self.resume_from = ckpt.latest(run_dir) if resume else None
+        self.state = json.loads((self.resume_from / ckpt.STATE_FILE).read_text()) if self.resume_from else None
+        self.recipe = RECIPES.get(config.recipe)()
+        self.progress = RunProgress()
+        self.ctx: RunContext | None = None
 
-    r, a = config.rollout, config.algorithm
-    learner = LearnerActor.options(num_cpus=a.num_cpus, num_gpus=a.num_gpus).remote(config, model_source)
-    generators = [GeneratorActor.options(num_cpus=r.num_cpus, num_gpus=r.num_gpus).remote(config, model_source, i)
-                  for i in range(r.replicas)]
-    verifiers = [VerifierActor.options(num_cpus=config.verifier.num_cpus).remote(config.verifier)]
-    return learner, generators, verifiers
+    # ---- sources ------------------------------------------------------------------------------------
+    def _resumed_sources(self) -> Sources:
+        """Model directories of the checkpoint being resumed."""
+        src = Sources(policy=self.state.get("policy_source"), reward_models=dict(self.state.get("reward_models", {})))
+        for role in self.recipe.role_names(self.config):
+            if (self.resume_from / role / "config.json").is_file():
+                src.learners[role] = str(self.resume_from / role)
+            if (self.run_dir / f"{role}_reference" / "config.json").is_file():
+                src.references[role] = str(self.run_dir / f"{role}_reference")
+        src.policy = src.learners.get("policy_learner") or src.policy
+        return src
+
+    def _uses_policy(self) -> bool:
+        names = self.recipe.role_names(self.config)
+        return "generator" in names or "policy_learner" in names
+
+    # ---- the run ------------------------------------------------------------------------------------
+    async def main(self, nested: bool = False) -> dict:
+        """The whole run. `nested`: a run inside another (a reward-model warm-up) on its Ray."""
+        cfg = self.config
+        t_start = time.perf_counter()
+        if not nested:
+            where, local = cluster.connect(cfg.ray)
+            self.progress.print(where)
+            self._install_signals()
+        else:
+            local = False
+        t_ray = time.perf_counter() - t_start
+        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction)
+        warm_info: dict = {}
+        t_warm = time.perf_counter()
+        pools: dict = {}
+        if self.resume_from is not None:
+            sources = self._resumed_sources()
+        else:
+            from orchestrator.reward_warmup import resolve_reward_models
+            sources = Sources()
+            await resolve_reward_models(self, sources)
+            if self._uses_policy() and cfg.warmup.enabled:
+                warm, warm_info = cached(cfg)
+                sources.policy = str(warm) if warm else None
+                if warm:
+                    self.progress.print(f"warm-up: using cached model {warm} "
+                                        f"(accuracy {warm_info['warmup/accuracy']:.3f})")
+                else:
+                    cluster.check_resources(cfg, self.recipe.roles(cfg, sources), local)
+                    pools, sources.policy, warm_info = await self._sft(prompts)
+        self._policy_source = sources.policy
+        roles = self.recipe.roles(cfg, sources)
+        cluster.check_resources(cfg, roles, local)
+        pools.update(build_pools({k: v for k, v in roles.items() if k not in pools}, cfg))
+        sampler = PromptSampler(prompts.train, cfg.seed, **(self.state["sampler"] if self.state else {}))
+        metrics = MetricsSink(self.run_dir, resume_step=self.state["step"] if self.state else None,
+                              ray_metrics=not nested)
+        ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts, sampler=sampler,
+                                    pools=pools, metrics=metrics, progress=self.progress)
+        ctx.stop_requested = self._pending_stop
+        await _ready(pools)
+        ctx.channels = self.recipe.channels(ctx)
+        if self.state:
+            await self._restore(ctx)
+        else:
+            await self._save_references(ctx)
+        t_warm = time.perf_counter() - t_warm
+        await self._publish_all(ctx)
+        await self.recipe.prepare(ctx)
+        t_rl = time.perf_counter()
+        try:
+            last = await train(ctx, self.recipe, self.checkpoint, self.state)
+        except BaseException:
+            if ctx.rollouts is not None:
+                await ctx.rollouts.stop()
+            raise
+        t_rl = time.perf_counter() - t_rl
+        stopped = ctx.stop_requested
+        final = await self.checkpoint(ctx, f"step_{ctx.step}" if stopped else "final")
+        await ctx.rollouts.stop()
+        plots = ctx.metrics.plot()
+        ctx.metrics.close()
+        if nested:
+            for pool in pools.values():
+                pool.shutdown()
+        summary = {"run_dir": str(self.run_dir), "steps": ctx.step, "final_checkpoint": str(final),
+                   "stopped_by": stopped, "recipe": cfg.recipe,
+                   "eval/accuracy": last.get("eval/accuracy", ctx.last_eval.get("eval/accuracy")),
+                   "time/total_s": time.perf_counter() - t_start, "time/ray_start_s": t_ray,
+                   "time/warmup_s": t_warm, "time/train_s": t_rl, "plots": [str(p) for p in plots],
+                   **ctx.last_eval, **ctx.rollouts.accounting(), **warm_info}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    async def _sft(self, prompts) -> tuple[dict, str, dict]:
+        """The supervised warm-up, on the recipe's own generator/verifier/policy-learner pools where
+        it has them (they keep the warm weights and go on into RL), else on temporary ones."""
+        from pipelines.grpo import GRPO
+
+        cfg = self.config
+        defaults = GRPO.roles(cfg, Sources())
+        mine = self.recipe.roles(cfg, Sources())
+        roles = {r: mine.get(r, defaults[r]) for r in ("generator", "verifier", "policy_learner")}
+        pools = build_pools(roles, cfg)
+        await _ready(pools)
+        ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts,
+                                    sampler=PromptSampler(prompts.train, cfg.seed), pools=pools,
+                                    metrics=None, progress=self.progress)
+        ctx.stop_requested = self._pending_stop
+        info = await warm_up(ctx, self.run_dir / "warmup")
+        for role in [r for r in roles if r not in mine]:
+            pools.pop(role).shutdown()
+        return pools, info.pop("path"), info
+
+    async def _publish_all(self, ctx: RunContext) -> None:
+        for name, channel in ctx.channels.items():
+            await channel.publish(ctx.versions.get(channel.learner.name, 0))
+
+    async def _restore(self, ctx: RunContext) -> None:
+        state = self.state
+        for role in state.get("learners", []):
+            ctx.versions[role] = await ctx.pools[role].call("restore", str(self.resume_from / role), table=False)
+        for role in state.get("learners", []):
+            ref = self.run_dir / f"{role}_reference"
+            if (ref / "config.json").is_file():
+                await ctx.pools[role].call("load_reference", str(ref), table=False)
+        if state.get("verifier") and "verifier" in ctx.pools:
+            await ctx.pools["verifier"].broadcast("load_state_dict", state["verifier"])
+        ctx.step, ctx.offset_s = state["step"], state["time_s"]
+        state["rollouts"]["pieces"] = ckpt.read_pieces(self.resume_from, state["rollouts"].pop("pieces_index", []))
+        self.progress.print(f"resuming {self.run_dir} from {self.resume_from.name} (step {ctx.step})")
+
+    async def _save_references(self, ctx: RunContext) -> None:
+        """Frozen references (the KL reference, PRIME's pi_ref) once per run, so a resume keeps them."""
+        learners = [r for r in ctx.pools if r.endswith("learner")]
+        await asyncio.gather(*[ctx.pools[r].call("save_reference", str(self.run_dir / f"{r}_reference"),
+                                                 table=False) for r in learners])
+
+    async def checkpoint(self, ctx: RunContext, name: str) -> Path:
+        """Everything needed to continue, atomically."""
+        tmp = ckpt.begin(self.run_dir, name)
+        learners = [r for r in ctx.pools if r.endswith("learner")]
+        await asyncio.gather(*[ctx.pools[r].call("save", str(tmp / r), table=False) for r in learners])
+        snap = await ctx.rollouts.snapshot() if ctx.rollouts else {"pieces": []}
+        snap["pieces_index"] = ckpt.write_pieces(tmp, snap.pop("pieces"))
+        verifier = (await ctx.pools["verifier"].call("state_dict", table=False)) if "verifier" in ctx.pools else {}
+        state = {"step": ctx.step, "time_s": ctx.elapsed(), "sampler": ctx.sampler.state(),
+                 "learners": learners, "versions": ctx.versions, "rollouts": snap, "verifier": verifier,
+                 "policy_source": self._policy_source, "reward_models": self._reward_model_sources,
+                 "recipe": self.config.recipe}
+        return ckpt.commit(tmp, state, self.config.train.keep_checkpoints)
+
+    _reward_model_sources: dict = {}
+    _policy_source: str | None = None
+    _pending_stop: str | None = None
+
+    def _install_signals(self) -> None:
+        """SIGINT (Ctrl-C) and SIGTERM (`ray job stop`): finish the current step, checkpoint, say how
+        to resume, exit. A second signal stops at once."""
+        loop = asyncio.get_running_loop()
+
+        def handler(signame: str) -> None:
+            if self._pending_stop or (self.ctx and self.ctx.stop_requested):
+                os._exit(128 + getattr(signal, signame))
+            self._pending_stop = signame
+            if self.ctx is not None:
+                self.ctx.stop_requested = signame
+                if self.ctx.rollouts is not None:
+                    self.ctx.rollouts.interrupt()
+            self.progress.print(f"\n{signame}: saving a checkpoint after this step (again to stop at once)")
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, handler, sig.name)
 
 
-async def _run(config: Config, run_dir: Path, resume_from: Path | None, progress: RunProgress) -> dict:
-    t_start = time.perf_counter()
-    where, local = cluster.connect(config.ray)
-    progress.print(where)
-    cluster.check_resources(config, local)
-    t_ray = time.perf_counter() - t_start
-    prompts = load_prompts(config.data, config.seed)
-    state = json.loads((resume_from / STATE_FILE).read_text()) if resume_from else None
-    warm_path, warm_info = (None, {}) if state or not config.warmup.enabled else cached(config)
-    source = resume_from or warm_path
-    if warm_path:
-        progress.print(f"warm-up: using cached model {warm_path} (accuracy {warm_info['warmup/accuracy']:.3f})")
-    learner, generators, verifiers = create_actors(config, str(source) if source else None)
-    sampler = PromptSampler(prompts.train, config.seed, **(state["sampler"] if state else {}))
-    ctx = RunContext(config=config, run_dir=run_dir, prompts=prompts, sampler=sampler, generators=generators,
-                     verifiers=verifiers, learner=learner, metrics=MetricsSink(run_dir), progress=progress)
-    if state:
-        ctx.step, ctx.version, ctx.offset_s = state["step"], state["version"], state["time_s"]
-        await learner.load_optimizer.remote(str(resume_from))
-        progress.print(f"resuming {run_dir} from {resume_from.name} (step {ctx.step})")
-    t_warm = time.perf_counter()
-    if config.warmup.enabled and not source:
-        warm_info = await warm_up(ctx)
-    t_warm = time.perf_counter() - t_warm
-    await ctx.publish()
-    t_grpo = time.perf_counter()
-    last = await train(ctx, _recipe(config), save_checkpoint)
-    t_grpo = time.perf_counter() - t_grpo
-    final = await save_checkpoint(ctx, "final")
-    plots = ctx.metrics.plot()
-    ctx.metrics.close()
-    summary = {"run_dir": str(run_dir), "steps": ctx.step, "final_checkpoint": str(final),
-               "eval/accuracy": last.get("eval/accuracy", ctx.last_eval.get("eval/accuracy")),
-               "time/total_s": time.perf_counter() - t_start, "time/ray_start_s": t_ray,
-               "time/warmup_s": t_warm, "time/train_s": t_grpo, "plots": [str(p) for p in plots],
-               **warm_info}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+async def _ready(pools: dict) -> None:
+    """Every replica constructed; a constructor that fails is reported by role."""
+    try:
+        await asyncio.gather(*[p.ready() for p in pools.values()])
+    except ray.exceptions.RayActorError as e:
+        raise RoleError(_startup_error(e)) from None
 
 
-def _recipe(config: Config):
-    from pipelines import RECIPES
+def _startup_error(e: BaseException) -> str:
+    import re
 
-    return import_path(RECIPES[config.recipe], what="recipe")()
+    text = str(e)
+    init = re.search(r"ray::(\w+)\.__init__", text) or re.search(r"class_name: (\w+)", text)
+    cause = text.strip().splitlines()[-1]
+    return f"the {init.group(1) if init else 'an'} actor failed to start: {cause}"
 
 
-def run(config: Config, run_dir: Path | None = None, resume: bool = False) -> dict:
+def run(config: Config, resume: bool = False) -> dict:
     """Train; returns the summary (also written to `run_dir/summary.json`)."""
-    run_dir = Path(run_dir or config.output_dir or default_run_dir(config)).resolve()
-    resume_from = latest_checkpoint(run_dir) if resume else None
-    if resume and resume_from is None:
-        raise FileNotFoundError(f"--resume: no checkpoint with {STATE_FILE} under {run_dir}/checkpoints")
+    run_dir = resolve_run_dir(config, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(config, run_dir / "config.yaml")
-    progress = RunProgress()
+    job = Run(config, run_dir, resume)
+    job.progress.print(f"run directory: {run_dir}")
     try:
-        return asyncio.run(_run(config, run_dir, resume_from, progress))
+        return asyncio.run(job.main())
     finally:
-        progress.stop()
+        job.progress.stop()
         cluster.shutdown()
-
-
-def actor_error_message(exc: BaseException) -> str:
-    """Ray wraps actor failures in layers; say in one line which role failed and why."""
-    text = str(exc)
-    if isinstance(exc, ray.exceptions.RayActorError):
-        init = re.search(r"ray::(\w+)\.__init__", text)
-        if init:
-            cause = text.strip().splitlines()[-1]
-            return f"the {init.group(1)} actor failed to start: {cause}"
-        name = re.search(r"class_name: (\w+)", text)
-        pid = re.search(r"\tpid: (\d+)", text)
-        detail = re.search(r"Worker exit detail: (.+?\.)", text)
-        return (f"the {name.group(1) if name else 'a Ray'} actor died"
-                f"{f' (pid {pid.group(1)})' if pid else ''}: "
-                f"{detail.group(1) if detail else 'see the Ray logs'} The run cannot go on without it.")
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        cause = exc.cause
-        while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
-            cause = cause.cause  # a failed input of a failed task: report the first failure
-        return f"{type(cause).__name__}: {cause}"
-    return f"{type(exc).__name__}: {exc}"

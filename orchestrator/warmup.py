@@ -9,15 +9,28 @@ import time
 from pathlib import Path
 
 from orchestrator.data import PromptSampler
+from orchestrator.evaluation import greedy_accuracy
+
+
+class Stopped(Exception):
+    """A stop was requested (SIGINT/SIGTERM) where no checkpoint can be taken."""
+
+    def __init__(self, signame: str, message: str):
+        super().__init__(message)
+        self.signame = signame
+
+
+def cache_key(config, extra: dict | None = None) -> str:
+    """Everything that changes the warm model (not where the cache lives)."""
+    key = {"model": config.model.model_dump(), "data": config.data.model_dump(), "seed": config.seed,
+           "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
+           "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p],
+           **(extra or {})}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def cache_path(config) -> Path:
-    """Cache key: everything that changes the warm model (not where the cache lives)."""
-    key = {"model": config.model.model_dump(), "data": config.data.model_dump(), "seed": config.seed,
-           "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
-           "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p]}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(config.warmup.cache_dir).expanduser() / digest
+    return Path(config.warmup.cache_dir).expanduser() / cache_key(config)
 
 
 def _stamp(path: str) -> list:
@@ -34,32 +47,41 @@ def cached(config) -> tuple[Path | None, dict]:
     return None, {}
 
 
-async def warm_up(ctx) -> dict:
-    """SFT steps in blocks of `eval_every`; stop once greedy held-out accuracy reaches the target."""
+async def warm_up(ctx, fallback_dir: Path) -> dict:
+    """SFT steps in blocks of `eval_every`; stop once greedy held-out accuracy reaches the target.
+    The warm model is saved to the cache (or `fallback_dir` with warmup.cache=false); the returned
+    info has its `path`."""
+    from orchestrator.channels import Channel
+
     cfg = ctx.config.warmup
+    learner = ctx.pools["policy_learner"]
+    channel = Channel("policy", learner, [ctx.pools["generator"]])
     sampler = PromptSampler(ctx.prompts.train, seed=ctx.config.seed + 1)
     ctx.progress.start("warm-up (SFT)", total=cfg.max_steps)
     start, steps, accuracy, loss = time.perf_counter(), 0, 0.0, float("nan")
     while steps < cfg.max_steps:
+        if ctx.stop_requested:
+            ctx.progress.stop()
+            raise Stopped(ctx.stop_requested, f"stopped by {ctx.stop_requested} during the warm-up, at SFT step "
+                          f"{steps}; nothing was saved (a new run starts the warm-up again)")
         block = min(cfg.eval_every, cfg.max_steps - steps)
         batches = [sampler.next(min(cfg.batch_size, ctx.prompts.train.num_rows)) for _ in range(block)]
-        loss = await ctx.learner.sft_steps.remote(batches, cfg.lr)
+        loss = await learner.call("sft_steps", batches, cfg.lr, table=False)
         steps += block
-        await ctx.publish()
-        accuracy = (await ctx.evaluate())["eval/accuracy"]
+        await channel.publish(0)
+        accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
         ctx.progress.update(steps, f"loss {loss:.3f}  acc {accuracy:.3f} (target {cfg.target_accuracy})",
                             force_line=True)
         if accuracy >= cfg.target_accuracy:
             break
     ctx.progress.stop()
-    await ctx.learner.end_warmup.remote()
+    await learner.call("end_warmup", table=False)
     info = {"warmup/steps": steps, "warmup/accuracy": accuracy, "warmup/loss": loss,
             "warmup/time_s": time.perf_counter() - start, "warmup/reached_target": accuracy >= cfg.target_accuracy}
     if not info["warmup/reached_target"]:
         ctx.progress.print(f"[yellow]warning:[/] warm-up stopped at warmup.max_steps={cfg.max_steps} with "
-                           f"accuracy {accuracy:.3f} < target {cfg.target_accuracy}; GRPO starts from there")
-    if cfg.cache:
-        path = cache_path(ctx.config)
-        await ctx.learner.save.remote(str(path), optimizer=False)
-        (path / "warmup.json").write_text(json.dumps(info))
-    return info
+                           f"accuracy {accuracy:.3f} < target {cfg.target_accuracy}; RL starts from there")
+    path = cache_path(ctx.config) if cfg.cache else Path(fallback_dir)
+    await learner.call("save", str(path), False, table=False)
+    (path / "warmup.json").write_text(json.dumps(info))
+    return {**info, "path": str(path)}

@@ -1,3 +1,5 @@
-"""Recipes: small modules + YAML configs that wire actors into a training method."""
+"""Recipes: small modules + YAML configs that compose roles into a training method.
 
-RECIPES = {"grpo": "pipelines.grpo:GRPO"}
+Registered by name in orchestrator.recipes (grpo, reward_model, cooper, prime); a user recipe is
+any `module:Class` subclassing `orchestrator.recipes.Recipe`.
+"""

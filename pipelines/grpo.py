@@ -1,27 +1,58 @@
-"""On-policy GRPO against verifiable rewards: generate -> verify -> learn.
-
-Each generator gets a slice of the step's prompts; each slice goes to a verifier as soon as it is
-generated (Ray starts the verifier when its input ref is ready), and the learner trains on all
-scored slices at once.
-"""
+"""GRPO against verifiable rewards, optionally with reward models as extra reward sources:
+generate -> verify (per piece, as soon as it is generated) -> reward models (whole batch, one
+version) -> learn -> publish the policy to the generators."""
 
 from __future__ import annotations
 
-import pyarrow as pa
-import ray
+import asyncio
+
+from orchestrator.channels import Channel
+from orchestrator.evaluation import greedy_accuracy
+from orchestrator.recipes import Recipe, Sources
+from orchestrator.roles import RoleSpec
 
 
-class GRPO:
+class GRPO(Recipe):
     name = "grpo"
 
-    def rollout(self, ctx, prompts: pa.Table) -> dict[str, list[ray.ObjectRef]]:
-        pieces = len(ctx.generators) * ctx.config.rollout.chunks_per_replica
-        generated, scored = [], []
-        for i, chunk in enumerate(ctx.split(prompts, pieces)):
-            ref = ctx.generators[i % len(ctx.generators)].generate.remote(chunk)
-            generated.append(ref)
-            scored.append(ctx.verifiers[i % len(ctx.verifiers)].score.remote(ref))
-        return {"generate": generated, "verify": scored}
+    @classmethod
+    def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
+        roles = {
+            "generator": RoleSpec("actors.generator:Generator", (sources.policy,), num_cpus=1),
+            "verifier": RoleSpec("actors.verifier:Verifier", num_cpus=0),
+            "policy_learner": RoleSpec("actors.learner:Learner",
+                                       (sources.learners.get("policy_learner", sources.policy),),
+                                       num_cpus=1, max_restarts=0),
+        }
+        if config.model_rewards():
+            roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), num_cpus=0)
+        return roles
 
-    def learn(self, ctx, batches: list[ray.ObjectRef], dump_path: str | None) -> ray.ObjectRef:
-        return ctx.learner.train_step.remote(*batches, dump_path=dump_path)
+    def channels(self, ctx) -> dict:
+        return {"policy": Channel("policy", ctx.pools["policy_learner"], [ctx.pools["generator"]])}
+
+    async def score_piece(self, ctx, table):
+        table, info = await ctx.pools["verifier"].call("score", table)
+        return table, {"verify_s": info["busy_s"]}
+
+    async def score_batch(self, ctx, tables: list) -> list:
+        """Reward models score the whole batch at one version (updates happen only between batches)."""
+        if "reward_model" not in ctx.pools:
+            return tables
+        pool = ctx.pools["reward_model"]
+        scored = await asyncio.gather(*[pool.call("score", t, versioned=True) for t in tables])
+        return [t for t, _ in scored]
+
+    async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
+        metrics = await ctx.pools["policy_learner"].call("train_step", *tables, dump_path=dump_path, table=False)
+        await publish(ctx, "policy", metrics["version"])
+        return metrics
+
+    async def evaluate(self, ctx) -> dict:
+        return await greedy_accuracy(ctx)
+
+
+async def publish(ctx, channel: str, version: int) -> None:
+    """Publish a learner's new version; in strict on-policy mode wait until every replica holds it."""
+    ctx.versions[ctx.channels[channel].learner.name] = version
+    await ctx.channels[channel].publish(version, wait=ctx.config.train.max_staleness == 0)

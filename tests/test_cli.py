@@ -124,14 +124,14 @@ def test_missing_dataset_file(coevo, tmp_path) -> None:
 
 def test_unimportable_reward_module(coevo) -> None:
     err = _assert_config_error(
-        coevo("run", "verifier.rewards=[{name: mine, fn: 'no_such_reward_module_xyz:score'}]"))
+        coevo("run", "rewards=[{name: mine, fn: 'no_such_reward_module_xyz:score'}]"))
     assert "no_such_reward_module_xyz" in err
 
 
 def test_missing_reward_function_in_cwd_module(coevo, tmp_path) -> None:
     """A module in the working directory is found (as in the README); a missing attribute is named."""
     (tmp_path / "my_rewards_cli.py").write_text("def score(prompt, response, answer, **_):\n    return 1.0\n")
-    err = _assert_config_error(coevo("run", "verifier.rewards=[{name: mine, fn: 'my_rewards_cli:nope'}]"))
+    err = _assert_config_error(coevo("run", "rewards=[{name: mine, fn: 'my_rewards_cli:nope'}]"))
     assert "my_rewards_cli" in err and "nope" in err
     assert "cannot import" not in err  # the module itself imported from the cwd
 

@@ -17,7 +17,7 @@ def test_default_recipe_loads():
     assert cfg.rollout.prompts_per_step == raw["rollout"]["prompts_per_step"]
     assert cfg.algorithm.advantage == raw["algorithm"]["advantage"]
     assert cfg.model.tiny.hidden_size == raw["model"]["tiny"]["hidden_size"]
-    assert [r.name for r in cfg.verifier.rewards] == [r["name"] for r in raw["verifier"]["rewards"]]
+    assert [r.name for r in cfg.rewards] == [r["name"] for r in raw["rewards"]]
     # by name and by path give the same config
     assert load_config(DEFAULT_RECIPE) == cfg
     assert load_config(str(PIPELINES_DIR / f"{DEFAULT_RECIPE}.yaml")) == cfg
@@ -62,9 +62,9 @@ def test_unknown_key_lists_accepted():
 
 def test_unknown_nested_key_in_list_lists_accepted():
     with pytest.raises(ConfigError) as e:
-        load_config(None, ["verifier.rewards=[{name: integer_match, bogus: 1}]"])
+        load_config(None, ["rewards=[{name: integer_match, bogus: 1}]"])
     msg = str(e.value)
-    assert "'verifier.rewards.0.bogus'" in msg
+    assert "'rewards.0.bogus'" in msg
     for key in ("name", "fn", "weight", "timeout_s"):
         assert key in msg
 
@@ -88,21 +88,21 @@ def test_bad_literal_names_accepted_values():
 
 def test_unknown_reward_function_lists_builtins():
     with pytest.raises(ConfigError) as e:
-        load_config(None, ["verifier.rewards=[{name: nope}]"])
+        load_config(None, ["rewards=[{name: nope}]"])
     msg = str(e.value)
-    assert "'nope'" in msg and "verifier.rewards" in msg
+    assert "'nope'" in msg and "rewards" in msg
     for name in ("exact_match", "integer_match", "math_verify", "normalized_match"):
         assert name in msg
 
 
 def test_reward_import_path_accepted():
-    cfg = load_config(None, ["verifier.rewards=[{name: mine, fn: 'my_pkg.rewards:score', weight: 0.5}]"])
-    assert cfg.verifier.rewards[0].fn == "my_pkg.rewards:score"
+    cfg = load_config(None, ["rewards=[{name: mine, fn: 'my_pkg.rewards:score', weight: 0.5}]"])
+    assert cfg.rewards[0].fn == "my_pkg.rewards:score"
 
 
 def test_duplicate_reward_names():
     with pytest.raises(ConfigError, match="unique"):
-        load_config(None, ["verifier.rewards=[{name: exact_match}, {name: exact_match}]"])
+        load_config(None, ["rewards=[{name: exact_match}, {name: exact_match}]"])
 
 
 def test_unknown_advantage_lists_accepted():
@@ -184,3 +184,75 @@ def test_dump_round_trip(tmp_path):
     dump_config(cfg, tmp_path / "config.yaml")
     assert load_config(str(tmp_path / "config.yaml")) == cfg
     assert validate_config(cfg.model_dump()) == cfg
+
+
+def test_moved_keys_point_to_their_new_place():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["verifier.rewards=[{name: integer_match}]", "rollout.replicas=2"])
+    msg = str(e.value)
+    assert "'verifier.rewards' has moved: use rewards" in msg
+    assert "'rollout.replicas' has moved: use roles.generator.replicas" in msg
+
+
+def test_roles_are_the_recipes():
+    cfg = load_config(None, ["roles.generator.replicas=2", "roles.verifier.num_cpus=0.5"])
+    assert cfg.roles["generator"].replicas == 2 and cfg.roles["generator"].model_fields_set == {"replicas"}
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["roles.rm_learner.num_cpus=1"])
+    msg = str(e.value)
+    assert "has no role 'rm_learner'" in msg and "policy_learner" in msg and "generator" in msg
+    load_config("cooper", ["roles.rm_learner.num_cpus=1"])  # cooper has one
+    with pytest.raises(ConfigError, match="a learner runs as one replica"):
+        load_config(None, ["roles.policy_learner.replicas=2"])
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["roles.generator.bogus=1"])
+    assert "'roles.generator.bogus'" in str(e.value) and "replicas" in str(e.value)
+
+
+def test_recipe_registry_names_and_import_paths():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["recipe=nope"])
+    msg = str(e.value)
+    for name in ("grpo", "cooper", "prime", "reward_model"):
+        assert name in msg
+    assert load_config(None, ["recipe=pipelines.grpo:GRPO"]).recipe == "pipelines.grpo:GRPO"
+
+
+def test_async_needs_an_explicit_off_policy_correction():
+    with pytest.raises(ConfigError, match="algorithm.off_policy=tis or decoupled_ppo"):
+        load_config(None, ["train.max_staleness=1"])
+    cfg = load_config(None, ["train.max_staleness=1", "algorithm.off_policy=decoupled_ppo"])
+    assert cfg.algorithm.off_policy == "decoupled_ppo"
+    with pytest.raises(ConfigError, match="off-policy correction 'zzz'"):
+        load_config(None, ["algorithm.off_policy=zzz"])
+
+
+def test_group_relative_advantage_needs_two_samples():
+    with pytest.raises(ConfigError, match="samples_per_prompt must be >= 2"):
+        load_config(None, ["rollout.samples_per_prompt=1"])
+    with pytest.raises(ConfigError, match="samples_per_prompt must be >= 2"):
+        load_config(None, ["rollout.samples_per_prompt=1", "algorithm.advantage=rloo"])
+
+
+def test_reward_sources_and_their_cross_checks():
+    with pytest.raises(ConfigError, match="either fn .* or model"):
+        load_config(None, ["rewards=[{name: x, fn: exact_match, model: /m}]"])
+    with pytest.raises(ConfigError, match="args apply to fn rewards only"):
+        load_config(None, ["rewards=[{name: x, model: auto, args: {a: 1}}]"])
+    with pytest.raises(ConfigError, match="verifier.accuracy_source 'rm' is not a verifier"):
+        load_config(None, ["rewards=[{name: rm, model: auto}, {name: integer_match}]", "verifier.accuracy_source=rm"])
+    cfg = load_config("cooper")
+    assert [r.kind for r in cfg.rewards] == ["model", "fn"] and cfg.accuracy_source() == "correct"
+
+
+def test_aggregate_spec_is_checked_with_the_reward_names():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["aggregate={normalize: {nope: group}}"])
+    assert "aggregate" in str(e.value) and "nope" in str(e.value) and "integer_match" in str(e.value)
+    with pytest.raises(ConfigError, match="rewards\\[\\].weight"):
+        load_config(None, ["aggregate={weights: {integer_match: 2}}"])
+
+
+def test_chunks_divide_the_batch():
+    with pytest.raises(ConfigError, match="chunk_prompts=5 must divide"):
+        load_config(None, ["rollout.chunk_prompts=5"])

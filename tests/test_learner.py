@@ -30,13 +30,13 @@ def varied(prompt, response, answer, **_):
 """
 
 
-def make_config(reward_fn: str | None = None, **algorithm) -> Config:
-    verifier = {"rewards": [{"name": "varied", "fn": reward_fn, "timeout_s": 10}]} if reward_fn else {}
+def make_config(reward_fn: str | None = None, rollout: dict | None = None, **algorithm) -> Config:
+    rewards = {"rewards": [{"name": "varied", "fn": reward_fn, "timeout_s": 10}]} if reward_fn else {}
     return Config.model_validate({
         "seed": 0,
         "model": {"tiny": TINY},
-        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4},
-        "verifier": verifier,
+        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4, **(rollout or {})},
+        **rewards,
         "algorithm": {"lr": 1e-2, **algorithm},
         "train": {"threads": 1},
     })
@@ -61,17 +61,22 @@ def prompts() -> pa.Table:
     return arithmetic(1, ["+"], eval_size=10, seed=0).train.slice(0, 4)
 
 
-@pytest.fixture(scope="module")
-def scored(config, prompts) -> pa.Table:
-    rollouts = Generator(config, None).generate(prompts)
-    verifier = Verifier(config.verifier)
+def rollout_and_score(config, prompts) -> pa.Table:
+    rollouts, _ = Generator(config, None).generate(prompts, seq=0)
+    verifier = Verifier(config)
     try:
-        table = verifier.score(rollouts)
+        table, _ = verifier.score(rollouts)
     finally:
         verifier.close()
+    return table
+
+
+@pytest.fixture(scope="module")
+def scored(config, prompts) -> pa.Table:
+    table = rollout_and_score(config, prompts)
     assert table.num_rows == 16
-    assert "reward" in table.schema.names and "answer" in table.schema.names
-    assert len(set(table.column("reward").to_pylist())) > 1, "reward should vary for the test to mean anything"
+    assert "reward.varied" in table.schema.names and "answer" in table.schema.names
+    assert len(set(table.column("reward.varied").to_pylist())) > 1, "reward should vary for the test to mean anything"
     return table
 
 
@@ -83,11 +88,11 @@ def changed(before, after) -> list[str]:
     return [k for k in before if not torch.equal(before[k], after[k])]
 
 
-METRIC_KEYS = ("reward/mean", "reward/std", "reward/varied", "train/loss", "train/pg_loss",
+METRIC_KEYS = ("reward/mean", "reward/std", "reward/varied/mean", "train/loss", "train/pg_loss",
                "train/clip_frac", "train/neg_logprob", "train/grad_norm", "train/skipped_nonfinite",
                "train/step_skipped", "train/advantage_abs_mean", "samples/count", "samples/tokens",
                "samples/response_length", "samples/truncated_frac", "samples/uniform_reward_groups_frac",
-               "policy/version_min", "verify/errors/varied")
+               "policy/version_min", "reward/varied/errors", "version")
 
 
 def test_train_step_updates_weights(config, scored):
@@ -96,7 +101,7 @@ def test_train_step_updates_weights(config, scored):
     metrics = learner.train_step(scored)
     for key in METRIC_KEYS:
         assert key in metrics, key
-    assert all(math.isfinite(float(v)) for v in metrics.values())
+    assert all(math.isfinite(float(v)) for v in metrics.values() if v is not None)
     assert metrics["train/step_skipped"] == 0
     assert metrics["train/skipped_nonfinite"] == 0
     assert metrics["samples/count"] == 16
@@ -104,12 +109,13 @@ def test_train_step_updates_weights(config, scored):
     n_prompt = int(pa.compute.sum(pa.compute.list_value_length(scored.column("prompt_ids"))).as_py())
     assert metrics["samples/tokens"] == n_resp + n_prompt
     assert metrics["samples/response_length"] == pytest.approx(n_resp / 16)
-    assert metrics["reward/mean"] == pytest.approx(float(np.mean(scored.column("reward").to_numpy())))
+    assert metrics["reward/mean"] == pytest.approx(float(np.mean(scored.column("reward.varied").to_numpy())))
+    assert metrics["version"] == 1 and learner.version == 1
     assert metrics["train/advantage_abs_mean"] > 0
     assert metrics["train/grad_norm"] > 0
     # The learner starts from the generator's weights (same seed): ratios are ~1, nothing is clipped.
     assert metrics["train/clip_frac"] == 0
-    assert metrics["verify/errors/varied"] == 0
+    assert metrics["reward/varied/errors"] == 0
     after = weights(learner.model)
     assert changed(before, after), "a train step must move the weights"
 
@@ -197,9 +203,9 @@ def test_dump_path_writes_advantages(tmp_path, config, scored):
     df = pd.read_parquet(path)
     assert len(df) == scored.num_rows
     assert "advantages" in df.columns and "reward" in df.columns and "answer" in df.columns
-    groups = torch.from_numpy(pa.compute.dictionary_encode(scored.column("prompt_id")).combine_chunks()
+    groups = torch.from_numpy(pa.compute.dictionary_encode(scored.column("group_id")).combine_chunks()
                               .indices.to_numpy().astype(np.int64))
-    rewards = torch.from_numpy(scored.column("reward").to_numpy().astype(np.float32))
+    rewards = torch.from_numpy(scored.column("reward.varied").to_numpy().astype(np.float32))
     expected = ADVANTAGES.get("grpo")(rewards, groups).numpy()
     for i, (adv, resp) in enumerate(zip(df["advantages"], df["response_ids"])):
         assert len(adv) == len(resp)  # one value per response token
@@ -226,8 +232,9 @@ def test_save_loads_with_transformers(tmp_path, config, scored):
         assert torch.allclose(model(ids).logits, learner.model(ids).logits, atol=1e-5)
 
     fresh = Learner(config, model_source=out)  # and the learner can resume from it
-    fresh.load_optimizer(out)
+    assert fresh.restore(out) == 1  # its version comes back with the optimizer
     assert not changed(weights(learner.model), weights(fresh.model))
+    assert fresh.optimizer.state_dict()["state"][0]["step"] == learner.optimizer.state_dict()["state"][0]["step"]
 
 
 def test_publish_updates_generator(config, prompts, scored):
@@ -235,8 +242,8 @@ def test_publish_updates_generator(config, prompts, scored):
     learner.train_step(scored)
     gen = Generator(config, None)
     assert gen.update_weights(1, learner.publish()) == 1
-    out = gen.generate(prompts, n=2)
-    assert out.column("policy_version").to_pylist() == [1] * 8
+    out, info = gen.generate(prompts, n=2)
+    assert out.column("policy_version").to_pylist() == [1] * 8 and info["version"] == 1
     assert not changed(weights(learner.model), weights(gen.backend.model))
 
 
@@ -260,8 +267,8 @@ def test_repeated_uid_is_refused():
     cfg = validate_config({"model": {"tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2,
                                              "num_kv_heads": 1, "intermediate_size": 64}},
                            "rollout": {"max_new_tokens": 2, "samples_per_prompt": 2}})
-    rollout = Generator(cfg, None).generate(pa.table({"prompt_id": ["a"], "prompt": ["1+1="], "answer": ["2"]}))
-    rollout = rollout.append_column("reward", pa.array([1.0, 0.0], pa.float32()))
+    rollout, _ = Generator(cfg, None).generate(pa.table({"prompt_id": ["a"], "prompt": ["1+1="], "answer": ["2"]}))
+    rollout = rollout.append_column("reward.integer_match", pa.array([1.0, 0.0], pa.float32()))
     with pytest.raises(B.BatchError, match="repeated uids"):
         Learner(cfg).train_step(rollout, rollout)
 
@@ -273,3 +280,70 @@ def test_mini_batches_take_that_many_optimizer_steps(reward_fn, scored, mini_bat
     steps = {int(s["step"]) for s in learner.optimizer.state_dict()["state"].values()}
     assert steps == {mini_batches}
     assert metrics["train/step_skipped"] == 0 and math.isfinite(metrics["train/loss"])
+
+
+def test_on_policy_at_temperature_and_top_p_nothing_is_clipped(reward_fn, prompts):
+    """Behaviour log-probs describe the distribution actually sampled (temperature 0.7, top-p 0.9),
+    and the learner recomputes exactly that: at step 1 with one mini-batch the ratio is 1."""
+    config = make_config(reward_fn, rollout={"temperature": 0.7, "top_p": 0.9, "top_k": 20})
+    table = rollout_and_score(config, prompts)
+    learner = Learner(config)
+    ids, mask, positions, r_ids, r_mask, p_width = learner._sequences(table)
+    with torch.no_grad():
+        lp = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width, **learner.sampling)
+    old, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
+    assert torch.allclose(lp * r_mask, old * r_mask, atol=1e-4)
+    assert learner.train_step(table)["train/clip_frac"] == 0
+    # the same data read with the temperature ignored would not be on-policy
+    with torch.no_grad():
+        plain = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width)
+    assert not torch.allclose(plain * r_mask, old * r_mask, atol=1e-3)
+
+
+@pytest.mark.parametrize("mini_batches", [3, 5])
+def test_mini_batches_is_exact_even_when_rows_do_not_divide(reward_fn, scored, mini_batches):
+    metrics = Learner(make_config(reward_fn, mini_batches=mini_batches)).train_step(scored)
+    assert metrics["train/optimizer_steps"] == mini_batches  # 16 rows: near-equal sizes, none empty
+
+
+def test_skipping_zero_advantage_rows_gives_the_same_update(reward_fn, scored):
+    """Groups whose rewards are all equal have advantage 0: skipping their forward/backward must not
+    change the update (the token-mean still counts their tokens, AdamW still steps)."""
+    # make one group uniform so there is something to skip
+    reward = scored.column("reward.varied").to_numpy().copy()
+    groups = B.group_index(scored)
+    reward[groups == 0] = 1.0
+    table = scored.set_column(scored.schema.get_field_index("reward.varied"), "reward.varied",
+                              pa.array(reward, pa.float32()))
+    on, off = Learner(make_config(reward_fn)), Learner(make_config(reward_fn, skip_uniform_groups=False))
+    m_on, m_off = on.train_step(table), off.train_step(table)
+    assert m_on["train/rows_computed_frac"] < 1.0 == m_off["train/rows_computed_frac"]
+    for k, v in weights(on.model).items():
+        assert torch.allclose(v, weights(off.model)[k], atol=1e-6), k
+    assert m_on["train/loss"] == pytest.approx(m_off["train/loss"], abs=1e-6)
+
+
+def test_dense_token_rewards_make_per_token_advantages(tmp_path, reward_fn, scored):
+    """A `token_rewards` column (e.g. PRIME's implicit process rewards) adds per-token advantages."""
+    lengths = pa.compute.list_value_length(scored.column("response_ids")).to_numpy()
+    values = np.concatenate([np.linspace(-1, 1, n) for n in lengths]).astype(np.float32)
+    table = scored.append_column("token_rewards", B.list_column(values, lengths, pa.float32()))
+    learner = Learner(make_config(reward_fn))
+    learner.train_step(table, dump_path=str(tmp_path / "d.parquet"))
+    adv = pd.read_parquet(tmp_path / "d.parquet")["advantages"]
+    assert any(len(set(np.round(a, 6))) > 1 for a in adv if len(a) > 1)  # varies within a response
+
+
+def test_a_batch_mixing_reward_model_versions_is_refused(config, scored):
+    mixed = scored.append_column("reward_model_version", pa.array([0] * 8 + [1] * 8, pa.int64()))
+    with pytest.raises(B.BatchError, match="mixes reward-model versions"):
+        Learner(config).train_step(mixed)
+
+
+@pytest.mark.parametrize("correction", ["tis", "decoupled_ppo"])
+def test_off_policy_corrections_train_and_are_exact_on_policy(reward_fn, scored, correction):
+    learner = Learner(make_config(reward_fn, off_policy=correction))
+    before = weights(learner.model)
+    metrics = learner.train_step(scored)
+    assert metrics["train/clip_frac"] == 0 and metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert changed(before, weights(learner.model))

@@ -41,8 +41,8 @@ def test_model_from_local_directory_generates(tmp_path):
     gen = Generator(config, None)
     assert gen.backend.model.config.model_type == "llama"
     import pyarrow as pa
-    out = gen.generate(pa.table({"prompt_id": ["a"], "prompt": ["1+1="], "answer": ["2"]}), n=4)
-    assert out.num_rows == 4
+    out, info = gen.generate(pa.table({"prompt_id": ["a"], "prompt": ["1+1="], "answer": ["2"]}), n=4)
+    assert out.num_rows == 4 and info["rows"] == 4
     assert out.column("answer").to_pylist() == ["2"] * 4
 
 
@@ -61,12 +61,13 @@ def test_generate_and_train_on_gpu():
     from actors.learner import Learner
     from actors.verifier import Verifier
 
-    config = validate_config({"model": SMALL, "rollout": {"num_gpus": 1, "max_new_tokens": 3},
-                              "algorithm": {"num_gpus": 1}})
-    gen, learner, verifier = Generator(config, None), Learner(config), Verifier(config.verifier)
+    config = validate_config({"model": SMALL, "rollout": {"max_new_tokens": 3},
+                              "roles": {"generator": {"num_gpus": 1}, "policy_learner": {"num_gpus": 1}}})
+    gpu = {"num_gpus": 1}
+    gen, learner, verifier = Generator(config, None, role=gpu), Learner(config, role=gpu), Verifier(config)
     try:
-        batch = gen.generate(pa.table({"prompt_id": ["a", "b"], "prompt": ["1+1=", "2+2="], "answer": ["2", "4"]}))
-        metrics = learner.train_step(verifier.score(batch))
+        batch, _ = gen.generate(pa.table({"prompt_id": ["a", "b"], "prompt": ["1+1=", "2+2="], "answer": ["2", "4"]}))
+        metrics = learner.train_step(verifier.score(batch)[0])
     finally:
         verifier.close()
     assert next(learner.model.parameters()).is_cuda

@@ -1,4 +1,4 @@
-"""Reward functions: built-ins, the sandboxed runner for user code, and the Verifier's columns."""
+"""Reward functions: built-ins and the sandboxed runner for user code."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from actors.rewards import REWARD_FUNCTIONS
 from actors.rewards.builtins import exact_match, integer_match, math_equivalence, normalized_match
 from actors.rewards.sandbox import RewardPool
 from actors import batch as B
-from orchestrator.config import RewardSpec, VerifierConfig
 
 
 # ---- built-ins ---------------------------------------------------------------------------------
@@ -209,69 +208,3 @@ def test_sandbox_bad_import_path_fails_to_start(user_module):
     with pytest.raises(RuntimeError, match="failed to start"):
         sb.score([item("x", "x")], {"x": 5.0})
     sb.close()
-
-
-# ---- Verifier ----------------------------------------------------------------------------------
-def rollouts(responses: list[str], answers: list[str]) -> pa.Table:
-    n = len(responses)
-    lengths = np.ones(n, dtype=np.int64)
-    return B.rollout_table(
-        uid=[f"u{i}" for i in range(n)], prompt_id=[f"p{i // 2}" for i in range(n)],
-        prompt=["q"] * n, response=responses,
-        prompt_ids=B.list_column(np.ones(n, np.int32), lengths, pa.int32()),
-        response_ids=B.list_column(np.ones(n, np.int32), lengths, pa.int32()),
-        behavior_logprobs=B.list_column(np.zeros(n, np.float32), lengths, pa.float32()),
-        policy_version=0, finish_reason=["stop"] * n,
-        extra={"answer": pa.array(answers)},
-    )
-
-
-def test_verifier_columns_weights_and_on_error(user_module):
-    from actors.verifier import Verifier
-    from actors.batch import reward_error_counts
-
-    cfg = VerifierConfig(
-        rewards=[RewardSpec(name="acc", fn="exact_match", weight=2.0),
-                 RewardSpec(name="user", fn=f"{user_module}:weighted", weight=0.5, timeout_s=5)],
-        on_error=-1.0,
-    )
-    table = rollouts(["7", "bad", "8", "9"], ["7", "bad", "9", "9"])
-    verifier = Verifier(cfg)
-    try:
-        scored = verifier.score(table)
-    finally:
-        verifier.close()
-    names = scored.schema.names
-    for col in ("reward.acc", "reward_error.acc", "reward.user", "reward_error.user", "reward"):
-        assert col in names
-    B.validate(scored, required=[*B.CORE_FIELDS, "reward"])
-    assert scored.column("reward.acc").to_pylist() == [1.0, 1.0, 0.0, 1.0]
-    assert scored.column("reward_error.acc").to_pylist() == [None] * 4
-    assert scored.column("reward.user").to_pylist() == [1.0, None, 1.0, 1.0]
-    errors = scored.column("reward_error.user").to_pylist()
-    assert errors[0] is None and errors[2] is None and errors[3] is None
-    assert "ValueError" in errors[1] and "cannot score" in errors[1]
-    # reward = 2 * acc + 0.5 * user, with on_error = -1 standing in for the failed user score
-    expected = [2 * 1 + 0.5 * 1, 2 * 1 + 0.5 * -1.0, 2 * 0 + 0.5 * 1, 2 * 1 + 0.5 * 1]
-    assert np.allclose(scored.column("reward").to_numpy(), expected)
-    assert scored.schema.field("reward").type == pa.float32()
-    assert reward_error_counts(scored) == {"errors/acc": 0, "errors/user": 1}
-    # dataset and core columns pass through untouched
-    assert scored.column("answer").to_pylist() == ["7", "bad", "9", "9"]
-    assert scored.column("uid").to_pylist() == table.column("uid").to_pylist()
-
-
-def test_verifier_replaces_existing_reward_and_evaluates():
-    from actors.verifier import Verifier
-
-    table = rollouts(["3", "4"], ["3", "3"]).append_column("reward", pa.array([9.0, 9.0], pa.float32()))
-    verifier = Verifier(VerifierConfig())  # default: integer_match
-    try:
-        scored = verifier.score(table)
-        metrics = verifier.evaluate(rollouts(["3", "4"], ["3", "3"]))
-    finally:
-        verifier.close()
-    assert scored.schema.names.count("reward") == 1
-    assert scored.column("reward").to_pylist() == [1.0, 0.0]
-    assert metrics["accuracy"] == 0.5 and metrics["samples"] == 2
-    assert metrics["errors/integer_match"] == 0

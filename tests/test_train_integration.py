@@ -159,7 +159,7 @@ def test_user_dataset_and_reward_function(ray_env, tmp_path) -> None:
     (tmp_path / "my_reward_mod.py").write_text(REWARD_MODULE)
     run_dir = tmp_path / "run"
     out = coevo(["data.task=null", "data.path=sums.jsonl", "data.eval_size=16",
-                 "verifier.rewards=[{name: mine, fn: 'my_reward_mod:score'}]",
+                 "rewards=[{name: mine, fn: 'my_reward_mod:score'}]",
                  "warmup.enabled=false", "train.max_steps=2", "train.eval_every=2",
                  "rollout.prompts_per_step=8", "rollout.samples_per_prompt=4", "ray.num_cpus=2",
                  "train.threads=1", "train.dump_rollouts=true",
@@ -199,7 +199,7 @@ def score(prompt, response, answer, **_):
 def test_dead_actor_stops_the_run_with_a_clear_error(ray_env, tmp_path) -> None:
     """A dead actor is not silently waited on: the run ends, naming the actor that died."""
     (tmp_path / "killer.py").write_text(KILLER)
-    args = [*SMALL, "warmup.enabled=false", "train.max_steps=3", "verifier.rewards=[{name: k, fn: 'killer:score'}]",
+    args = [*SMALL, "warmup.enabled=false", "train.max_steps=3", "rewards=[{name: k, fn: 'killer:score'}]",
             "--output-dir", str(tmp_path / "run")]
     proc = subprocess.run([*COEVO, "run", *args], cwd=tmp_path, env=ray_env, capture_output=True, text=True,
                           timeout=180, start_new_session=True)

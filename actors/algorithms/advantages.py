@@ -22,7 +22,15 @@ def group_stats(rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tens
     return mean[groups], std[groups], size[groups]
 
 
+def group_relative(fn):
+    """Marks an estimator that compares the samples of one prompt with each other: it needs at least
+    two samples per prompt, and gives exactly 0 to every sample of a group whose rewards are equal."""
+    fn.group_relative = True
+    return fn
+
+
 @ADVANTAGES.register("grpo")
+@group_relative
 def grpo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """GRPO (Shao et al. 2024, DeepSeekMath): (r - mean_group) / (std_group + eps)."""
     mean, std, _ = group_stats(rewards, groups)
@@ -30,6 +38,7 @@ def grpo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torc
 
 
 @ADVANTAGES.register("dr_grpo")
+@group_relative
 def dr_grpo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """Dr. GRPO (Liu et al. 2025): r - mean_group, no std normalisation."""
     mean, _, _ = group_stats(rewards, groups)
@@ -37,6 +46,7 @@ def dr_grpo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> t
 
 
 @ADVANTAGES.register("rloo")
+@group_relative
 def rloo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """RLOO (Ahmadian et al. 2024): r minus the mean of the *other* samples of the group."""
     mean, _, size = group_stats(rewards, groups)

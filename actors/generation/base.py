@@ -14,12 +14,15 @@ class Samples:
     prompt_ids: list[np.ndarray]  # one int32 array per prompt (without padding)
     response_ids: np.ndarray  # flat int32 token ids of all responses, concatenated
     response_lengths: np.ndarray  # int64 per sample
-    logprobs: np.ndarray  # flat float32, one per response token
+    logprobs: np.ndarray  # flat float32, one per response token: log-prob under the sampling distribution
     finish_reason: list[str]  # per sample: stop / length
 
 
 class Backend(Protocol):
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, greedy: bool) -> Samples: ...
+                 top_p: float, top_k: int, greedy: bool) -> Samples: ...
 
-    def load_weights(self, state: dict[str, np.ndarray]) -> None: ...
+    def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]: ...
+
+    def load_weights(self, payload: dict, version: int) -> None:
+        """Load a published `{"version", "state"}` payload; all or nothing (actors.weights)."""

@@ -115,3 +115,7 @@ def math_equivalence(prompt: str, response: str, answer=MISSING, boxed_only: boo
         pred = parse(text[-int(tail_chars):], parsing_timeout=None)
     return float(bool(pred) and verify(gold, pred, float_rounding=int(float_rounding),
                                        timeout_seconds=None))
+
+
+# The zygote imports math_verify (sympy) once, so no worker pays ~0.5 s for it on its first sample.
+math_equivalence.reward_preload = ("math_verify",)

@@ -1,0 +1,117 @@
+"""What every learner shares: a model and its optimizer, its own version counter, publishing
+versioned weights, tokenised sequences, and checkpoints (HF `save_pretrained` + optimizer + state).
+
+A learner counts its own versions (one per optimizer update round); the orchestrator reads them from
+what the learner returns, so two learners in one run never share a counter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import torch
+
+from actors import batch as B
+from actors.weights import export_state
+
+STATE_FILE = "learner_state.pt"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+class Trainable:
+    """Base of the learner actors. Subclasses set `self.model`, `self.tokenizer`, `self.optimizer`."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    reference: torch.nn.Module | None = None  # a frozen model some learners compare against
+
+    def _setup(self, config, role: dict | None, seed_offset: int = 0) -> None:
+        import transformers
+
+        from actors.runtime import setup_torch
+
+        transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars in logs
+        role = role or {}
+        self.config = config
+        self.device = setup_torch(role.get("threads", 0) or config.train.threads, config.seed + seed_offset,
+                                  want_gpu=role.get("num_gpus", 0) > 0)
+        self.version = 0
+
+    def ping(self) -> int:
+        return self.version
+
+    # ---- weights ---------------------------------------------------------------------------------
+    def publish(self) -> dict:
+        """`{"version", "state"}`: the object store holds it once, every replica maps it zero-copy."""
+        return export_state(self.model, self.version)
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        """Learner-specific state to checkpoint (aggregator statistics, ...)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def save(self, path: str, optimizer: bool = True) -> str:
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        if optimizer:
+            torch.save(self.optimizer.state_dict(), out / OPTIMIZER_FILE)
+            torch.save({"version": self.version, "extra": self.extra_state()}, out / STATE_FILE)
+        return str(out)
+
+    def restore(self, path: str) -> int:
+        """Optimizer, version and extra state of a checkpoint whose model this learner was built from."""
+        path = Path(path)
+        self.optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
+        state = torch.load(path / STATE_FILE, weights_only=False)
+        self.version = int(state["version"])
+        self.load_extra_state(state.get("extra", {}))
+        return self.version
+
+    def save_reference(self, path: str) -> str | None:
+        """The frozen reference, saved once per run, so a resumed run keeps the original one."""
+        if self.reference is None:
+            return None
+        self.reference.save_pretrained(Path(path))
+        return path
+
+    def load_reference(self, path: str) -> None:
+        from actors import modeling
+        self.reference = modeling.load_model(path).to(self.device).eval().requires_grad_(False)
+
+    # ---- tensors ---------------------------------------------------------------------------------
+    def _sequences(self, table: pa.Table, prompt_col: str = "prompt_ids", response_col: str = "response_ids"):
+        """Left-padded prompts + right-padded responses -> ids, mask, positions, response slice."""
+        pad = self.tokenizer.pad_token_id
+        p_ids, p_len = B.to_padded(table.column(prompt_col), pad, torch.long, left=True)
+        r_ids, r_len = B.to_padded(table.column(response_col), pad, torch.long)
+        p_width, r_width = p_ids.shape[1], r_ids.shape[1]
+        p_mask = torch.arange(p_width)[None, :] >= (p_width - p_len)[:, None]
+        r_mask = torch.arange(r_width)[None, :] < r_len[:, None]
+        ids = torch.cat([p_ids, r_ids], dim=1)
+        mask = torch.cat([p_mask, r_mask], dim=1).long()
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # same positions as left-padded generation
+        return ids, mask, positions, r_ids, r_mask, p_width
+
+    def _response_logits(self, model, ids, mask, positions, p_width) -> torch.Tensor:
+        logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                       position_ids=positions.to(self.device)).logits
+        return logits[:, p_width - 1:-1]  # the logits that predict each response token
+
+    def _token_logprobs(self, model, ids, mask, positions, r_ids, p_width, temperature: float = 1.0,
+                        top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+        from actors.sampling import token_logprobs
+
+        logits = self._response_logits(model, ids, mask, positions, p_width)
+        return token_logprobs(logits, r_ids.to(self.device), temperature, top_k, top_p)
+
+    def _tokenize(self, texts: list[str], eos: bool = False) -> pa.Array:
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        if eos:
+            ids = [i + [self.tokenizer.eos_token_id] for i in ids]
+        return pa.array(ids, pa.list_(pa.int32()))

@@ -1,0 +1,60 @@
+"""Versioned weight updates (the receiving end of a weight channel): all or nothing.
+
+A learner publishes `{"version": v, "state": {name: numpy array}}` once to the object store; every
+replica that hosts the same model reads it zero-copy. Before a single tensor is copied, the payload's
+keys, shapes and dtypes are checked against the receiving model, so a mismatched update fails loudly
+instead of loading part of a model (which `load_state_dict(strict=False)` would do silently).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+
+class WeightMismatchError(ValueError):
+    """A weight update does not fit the model it was sent to; nothing was loaded."""
+
+
+def export_state(model: torch.nn.Module, version: int) -> dict:
+    """The publishable payload: numpy arrays (the object store maps them zero-copy)."""
+    return {"version": int(version),
+            "state": {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}}
+
+
+def check_state(model: torch.nn.Module, state: dict[str, np.ndarray], where: str = "model") -> None:
+    """Raise WeightMismatchError naming every missing, unexpected or mis-shaped/typed tensor."""
+    own = model.state_dict()
+    problems = []
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing:
+        problems.append(f"missing {len(missing)} keys (e.g. {missing[:3]})")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)} keys (e.g. {unexpected[:3]})")
+    for name in sorted(set(own) & set(state)):
+        mine, theirs = own[name], state[name]
+        if tuple(mine.shape) != tuple(theirs.shape):
+            problems.append(f"{name}: shape {tuple(theirs.shape)} != {tuple(mine.shape)}")
+        elif torch.from_numpy(np.empty(0, dtype=theirs.dtype)).dtype != mine.dtype:
+            problems.append(f"{name}: dtype {theirs.dtype} != {mine.dtype}")
+        if len(problems) > 8:
+            break
+    if problems:
+        raise WeightMismatchError(f"weight update does not fit the {where}: " + "; ".join(problems)
+                                  + " (nothing was loaded)")
+
+
+def load_state(model: torch.nn.Module, payload: dict, version: int, where: str = "model") -> None:
+    """Check, then copy every tensor of a published payload into `model`."""
+    if payload.get("version") != version:
+        raise WeightMismatchError(f"weight update for the {where} says version {payload.get('version')} "
+                                  f"but was sent as version {version}")
+    state = payload["state"]
+    check_state(model, state, where)
+    with warnings.catch_warnings():  # object-store arrays are read-only; load_state_dict copies
+        warnings.simplefilter("ignore", UserWarning)
+        tensors = {k: torch.from_numpy(v) for k, v in state.items()}
+    model.load_state_dict(tensors, strict=True)

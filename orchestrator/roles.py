@@ -1,0 +1,235 @@
+"""Named roles: pools of Ray actor replicas, with resources from the config, restarts, retries and
+the weight version each replica holds.
+
+The loop holds pools by role name (`ctx.pools["generator"]`). A call goes to the least busy replica
+that is alive and holds the pool's current weights version; if the replica dies mid-call (Ray
+restarts it, up to `max_restarts`), the call is retried on a live replica, and the restarted one is
+sent the current weights before it gets work again. Every call's result stays in the object store:
+stage methods return `(table, info)` and the driver awaits only the small `info`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from actors.registry import import_path
+
+log = logging.getLogger("coevo")
+ACTOR_ERRORS = (ray.exceptions.RayActorError,)  # died, or unreachable while restarting
+
+
+@dataclass
+class RoleSpec:
+    """A role as a recipe declares it: which actor class, its constructor arguments (after the
+    config), and default resources that `roles.<name>` in the config overrides."""
+    actor: str  # `module:Class`, a plain class (the pool makes it a Ray actor)
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    replicas: int = 1
+    num_cpus: float = 1
+    num_gpus: float = 0
+    threads: int = 0
+    max_restarts: int = 3
+
+    @property
+    def learner(self) -> bool:
+        return self.max_restarts == 0
+
+
+class RoleError(RuntimeError):
+    """A role cannot go on (e.g. every replica is dead); the message names the role and why."""
+
+
+@dataclass
+class Replica:
+    handle: Any
+    index: int
+    version: int = 0
+    alive: bool = True
+    dead: bool = False
+    inflight: int = 0
+    busy_s: float = 0.0
+    failures: int = 0
+    reviving: asyncio.Task | None = field(default=None, repr=False)
+
+
+def resolve(spec: RoleSpec, override) -> RoleSpec:
+    """Apply the fields a user set in `roles.<name>` on top of the recipe's defaults."""
+    if override is None:
+        return spec
+    values = {k: getattr(override, k) for k in override.model_fields_set}
+    if spec.learner:
+        values.pop("max_restarts", None)  # a learner's state lives in it: resume from a checkpoint
+    return RoleSpec(**{**spec.__dict__, **values})
+
+
+class Pool:
+    def __init__(self, name: str, spec: RoleSpec, config):
+        self.name, self.spec = name, spec
+        cls = import_path(spec.actor, what=f"role {name!r} actor")
+        self.class_name = cls.__name__
+        remote = ray.remote(cls).options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
+                                         max_restarts=spec.max_restarts, max_task_retries=0)
+        self.replicas = [
+            Replica(remote.remote(config, *spec.args, role={"name": name, "replica": i, "threads": spec.threads,
+                                                           "num_gpus": spec.num_gpus}, **spec.kwargs), i)
+            for i in range(spec.replicas)]
+        self.version = 0
+        self.weights: ray.ObjectRef | None = None  # the latest published payload, for restarted replicas
+        self.fatal: BaseException | None = None
+        self._changed = asyncio.Condition()
+        self.calls = self.retries = 0
+        self.created = time.perf_counter()
+
+    @property
+    def handles(self) -> list:
+        return [r.handle for r in self.replicas]
+
+    async def ready(self) -> None:
+        """Wait until every replica has started (its constructor ran); a failing constructor raises."""
+        await asyncio.gather(*[r.handle.ping.remote() for r in self.replicas])
+
+    # ---- calls -------------------------------------------------------------------------------------
+    async def _acquire(self) -> Replica:
+        async with self._changed:
+            while True:
+                if self.fatal is not None:
+                    raise self.fatal
+                ready = [r for r in self.replicas if r.alive and (self.weights is None or r.version == self.version)]
+                if ready:
+                    rep = min(ready, key=lambda r: (r.inflight, r.index))
+                    rep.inflight += 1
+                    return rep
+                await self._changed.wait()
+
+    async def _release(self, rep: Replica) -> None:
+        rep.inflight -= 1
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def call(self, method: str, *args, table: bool = True, versioned: bool = False,
+                   replica: int | None = None, **kwargs):
+        """Run `method` on one replica. `table=True`: the method returns `(table, info)`; this
+        returns `(table_ref, info)` having fetched only `info`. Otherwise returns the value.
+        `versioned`: pass `expect_version` so a replica holding other weights refuses the work."""
+        attempts = 0
+        while True:
+            rep = self.replicas[replica] if replica is not None else await self._acquire()
+            if replica is not None:
+                rep.inflight += 1
+            self.calls += 1
+            start = time.perf_counter()
+            try:
+                if versioned and self.weights is not None:
+                    kwargs["expect_version"] = rep.version
+                fn = getattr(rep.handle, method)
+                if table:
+                    table_ref, info_ref = fn.options(num_returns=2).remote(*args, **kwargs)
+                    info = await info_ref
+                    rep.busy_s += info.get("busy_s", time.perf_counter() - start)
+                    return table_ref, info
+                value = await fn.remote(*args, **kwargs)
+                rep.busy_s += time.perf_counter() - start
+                return value
+            except ACTOR_ERRORS as e:
+                self._lost(rep, e)
+            except ray.exceptions.RayTaskError as e:
+                if not _is_stale(e):
+                    raise
+                self._lost(rep, e)
+            finally:
+                await self._release(rep)
+            attempts += 1
+            self.retries += 1
+            if replica is not None or attempts > len(self.replicas) * (max(self.spec.max_restarts, 1) + 1):
+                raise RoleError(f"role {self.name!r}: {method} failed {attempts} times; replicas keep dying")
+
+    def _lost(self, rep: Replica, error: BaseException) -> None:
+        """A replica failed mid-call: take it out of rotation until Ray has restarted it and it
+        holds the current weights again."""
+        rep.failures += 1
+        if not rep.alive:
+            return
+        rep.alive = False
+        log.warning("role %s: replica %d (%s) failed (%s); retrying its work elsewhere", self.name, rep.index,
+                    self.class_name, type(error).__name__)
+        rep.reviving = asyncio.ensure_future(self._revive(rep))
+
+    async def _revive(self, rep: Replica) -> None:
+        try:
+            await rep.handle.ping.remote()  # waits while Ray restarts the actor
+            if self.weights is not None:
+                version = self.version
+                await rep.handle.update_weights.remote(version, self.weights)
+                rep.version = version
+            else:
+                rep.version = 0
+            rep.alive = True
+            log.warning("role %s: replica %d is back (version %d)", self.name, rep.index, rep.version)
+        except ACTOR_ERRORS as e:
+            rep.dead = True
+            if all(r.dead for r in self.replicas):
+                self.fatal = RoleError(describe_death(self, rep, e))
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def broadcast(self, method: str, *args, **kwargs) -> list:
+        """Call `method` on every live replica (e.g. load state); returns their results."""
+        return await asyncio.gather(*[getattr(r.handle, method).remote(*args, **kwargs)
+                                      for r in self.replicas if not r.dead])
+
+    # ---- weights -----------------------------------------------------------------------------------
+    async def set_weights(self, version: int, payload: ray.ObjectRef, wait: bool = True) -> None:
+        """Send a published version to every replica. Each replica applies it between its requests
+        (actor calls run in order); it gets new work only once it has acknowledged the version."""
+        self.version, self.weights = version, payload
+        syncs = [self._sync(r, version, payload) for r in self.replicas if r.alive]
+        if wait:
+            await asyncio.gather(*syncs)
+        else:
+            for s in syncs:
+                asyncio.ensure_future(s)
+
+    async def _sync(self, rep: Replica, version: int, payload) -> None:
+        try:
+            await rep.handle.update_weights.remote(version, payload)
+            rep.version = max(rep.version, version)
+        except ACTOR_ERRORS as e:
+            self._lost(rep, e)
+        async with self._changed:
+            self._changed.notify_all()
+
+    def lag(self, learner_version: int) -> int:
+        """How many versions the oldest live replica is behind the learner."""
+        live = [r.version for r in self.replicas if r.alive] or [self.version]
+        return learner_version - min(live)
+
+    def busy_s(self) -> float:
+        return sum(r.busy_s for r in self.replicas)
+
+    def shutdown(self) -> None:
+        for rep in self.replicas:
+            ray.kill(rep.handle, no_restart=True)
+
+
+def _is_stale(error: ray.exceptions.RayTaskError) -> bool:
+    return type(error.cause).__name__ == "StaleReplicaError" if error.cause is not None else False
+
+
+def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
+    text = str(error)
+    import re
+
+    detail = re.search(r"Worker exit detail: (.+?\.)", text)
+    return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
+            f"{detail.group(1) if detail else type(error).__name__}. The run cannot go on without it.")
+
+
+def build_pools(recipe_roles: dict[str, RoleSpec], config) -> dict[str, Pool]:
+    return {name: Pool(name, resolve(spec, config.roles.get(name)), config) for name, spec in recipe_roles.items()}
