@@ -89,7 +89,8 @@ class Learner(Trainable):
         if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
             active &= torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
             adv = adv * active[:, None]
-        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, old_lp=old_lp, adv=adv)
+        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, old_lp=old_lp, adv=adv,
+                    groups=groups)
         # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
         # forward/backward is wasted work. The token-mean still counts their tokens (unchanged update).
         needed = active & ((adv != 0) & r_mask).any(dim=1)
@@ -128,7 +129,7 @@ class Learner(Trainable):
         with torch.no_grad():
             for mb in (rows.split(self.algo.micro_batch_size) if len(rows) else ()):
                 prox[mb] = self._token_logprobs(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                                d["r_ids"][mb], p_width, **self.sampling).cpu()
+                                                d["r_ids"][mb], p_width, groups=d["groups"][mb], **self.sampling).cpu()
         return prox
 
     def _loss(self, logp, old_lp, adv, prox):
@@ -160,14 +161,14 @@ class Learner(Trainable):
         for mb in (compute.split(self.algo.micro_batch_size) if len(compute) else ()):
             m = d["r_mask"][mb].to(self.device).float()
             logp = self._token_logprobs(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                        d["r_ids"][mb], p_width, **self.sampling)
+                                        d["r_ids"][mb], p_width, groups=d["groups"][mb], **self.sampling)
             pg, stats = self._loss(logp, d["old_lp"][mb].to(self.device), d["adv"][mb].to(self.device),
                                    None if prox is None else prox[mb].to(self.device))
             loss = pg
             if self.reference is not None:
                 with torch.no_grad():
                     ref_lp = self._token_logprobs(self.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                                  d["r_ids"][mb], p_width, **self.sampling)
+                                                  d["r_ids"][mb], p_width, groups=d["groups"][mb], **self.sampling)
                 kl = kl_k3(logp, ref_lp)
                 loss = loss + self.algo.kl_coef * kl
                 part["kl"] += (kl.detach() * m).sum().item()

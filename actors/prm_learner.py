@@ -36,9 +36,10 @@ class ImplicitPRM(Trainable):
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.prime.lr)
         self.micro = config.algorithm.micro_batch_size
 
-    def _implicit(self, model, seq, rows) -> torch.Tensor:
+    def _implicit(self, model, seq, rows, groups) -> torch.Tensor:
         ids, mask, positions, r_ids, _, p_width = seq
-        return self._token_logprobs(model, ids[rows], mask[rows], positions[rows], r_ids[rows], p_width)
+        return self._token_logprobs(model, ids[rows], mask[rows], positions[rows], r_ids[rows], p_width,
+                                    groups=groups[rows])
 
     @ray.method(num_returns=2)
     def update_and_score(self, *tables: pa.Table) -> tuple[pa.Table, dict]:
@@ -51,15 +52,16 @@ class ImplicitPRM(Trainable):
         labelled = torch.from_numpy(~np.isnan(label))
         target = torch.from_numpy(np.nan_to_num(label) >= self.threshold).float()
         rows = torch.arange(table.num_rows)
+        groups = torch.from_numpy(B.group_index(table))
         with torch.no_grad():
-            ref = torch.cat([self._implicit(self.reference, seq, mb) for mb in rows.split(self.micro)])
+            ref = torch.cat([self._implicit(self.reference, seq, mb, groups) for mb in rows.split(self.micro)])
         info = {"prm/labelled": int(labelled.sum())}
         lab_rows = rows[labelled]
         if len(lab_rows):
             self.optimizer.zero_grad(set_to_none=True)
             right, total_loss = 0, 0.0
             for mb in lab_rows.split(self.micro):
-                logp = self._implicit(self.model, seq, mb)
+                logp = self._implicit(self.model, seq, mb, groups)
                 outcome = self.prime.beta * ((logp - ref[mb]) * r_mask[mb]).sum(1)
                 loss = F.binary_cross_entropy_with_logits(outcome, target[mb], reduction="sum") / len(lab_rows)
                 loss.backward()
@@ -70,7 +72,7 @@ class ImplicitPRM(Trainable):
             self.version += 1
             info.update({"prm/loss": total_loss / len(lab_rows), "prm/accuracy_before": right / len(lab_rows)})
         with torch.no_grad():
-            logp = torch.cat([self._implicit(self.model, seq, mb) for mb in rows.split(self.micro)])
+            logp = torch.cat([self._implicit(self.model, seq, mb, groups) for mb in rows.split(self.micro)])
         dense = (self.prime.beta * (logp - ref) * r_mask).cpu()
         lengths = r_mask.sum(1).long().numpy()
         flat = dense[r_mask.bool()].numpy().astype(np.float32)

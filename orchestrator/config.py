@@ -137,7 +137,7 @@ class ReplicaRole(Section):
     num_cpus: float = Field(1, ge=0)
     num_gpus: float = Field(0, ge=0)
     threads: int = Field(0, ge=0)  # torch threads per replica; 0: train.threads
-    max_restarts: int = Field(3, ge=-1)  # Ray restarts a dead replica this often (-1: always)
+    max_restarts: int = Field(10, ge=-1)  # Ray restarts a dead replica this often (-1: always)
 
 
 class AlgorithmConfig(Section):

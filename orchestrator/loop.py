@@ -103,8 +103,10 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 row[f"channel/{name}/lag"] = channel.lag(ctx.versions.get(channel.learner.name, channel.version))
             busy_now = _busy(ctx)
             for role, busy in busy_now.items():
-                replicas = len(ctx.pools[role].replicas)
-                row[f"role/{role}/busy_frac"] = min(1.0, (busy - busy_before.get(role, 0.0)) / (step_s * replicas))
+                pool = ctx.pools[role]
+                row[f"role/{role}/busy_frac"] = min(1.0, (busy - busy_before.get(role, 0.0)) / (step_s * len(pool.replicas)))
+                row[f"role/{role}/failures"] = sum(r.failures for r in pool.replicas)
+                row[f"role/{role}/retries"] = pool.retries
             busy_before = busy_now
             evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
             if evaluated:

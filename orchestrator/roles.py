@@ -35,7 +35,7 @@ class RoleSpec:
     num_cpus: float = 1
     num_gpus: float = 0
     threads: int = 0
-    max_restarts: int = 3
+    max_restarts: int = 10
 
     @property
     def learner(self) -> bool:

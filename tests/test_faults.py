@@ -1,0 +1,160 @@
+"""Fault injection on loopback, bounded in count and time: replicas killed mid-run, SIGINT and
+resume, a driver killed outright and resumed, reward functions that hang or exhaust memory.
+Every run must finish with zero lost or duplicated samples."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import uuid
+
+import psutil
+import pytest
+
+from coevo_cli import coevo, finish, read_metrics, small, start, steps_logged, wait_for
+
+MARK = "COEVO_FAULT_TEST"
+# Fields that are the same in a resumed run as in an uninterrupted one (deterministic CPU mode);
+# times and throughputs are not.
+DETERMINISTIC = ("reward/mean", "reward/std", "train/loss", "train/grad_norm", "samples/response_length",
+                 "eval/accuracy", "version", "samples/consumed")
+
+
+def actor_pids(mark: str, cls: str) -> list[int]:
+    """PIDs of the Ray workers hosting actor class `cls` of the run carrying `mark`."""
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if cmd and cmd[0].startswith(f"ray::{cls}") and proc.environ().get(MARK) == mark:
+                pids.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return pids
+
+
+def check_no_loss(run_dir, steps: int, rows_per_step: int = 32) -> None:
+    import pandas as pd
+
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert all(r["samples/lost"] == 0 for r in rows)
+    assert rows[-1]["samples/consumed"] == steps * rows_per_step
+    uids = []
+    for step in range(1, steps + 1):
+        dump = pd.read_parquet(run_dir / "rollouts" / f"step_{step}.parquet", columns=["uid", "group_id"])
+        assert len(dump) == rows_per_step and dump.groupby("group_id").size().eq(4).all()
+        uids += list(dump["uid"])
+    assert len(uids) == len(set(uids)), "a sample was trained on twice"
+
+
+@pytest.mark.slow
+def test_killed_generator_and_verifier_replicas_lose_nothing(ray_env, warm_cache, tmp_path) -> None:
+    mark = uuid.uuid4().hex
+    run_dir = tmp_path / "run"
+    steps = 45
+    proc = start(small(warm_cache, f"train.max_steps={steps}", f"train.eval_every={steps}", "train.dump_rollouts=true",
+                       "--output-dir", str(run_dir)), {**ray_env, MARK: mark}, tmp_path)
+    killed = {"Generator": 0, "Verifier": 0}
+
+    def killer():
+        for i, cls in enumerate(["Generator", "Verifier"] * 5):
+            target = 3 + 4 * i
+            while steps_logged(run_dir) < target and proc.poll() is None:
+                threading.Event().wait(0.05)
+            pids = actor_pids(mark, cls)
+            if proc.poll() is not None or not pids:
+                return
+            os.kill(pids[0], signal.SIGKILL)
+            killed[cls] += 1
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    out = finish(proc, 400)
+    thread.join(timeout=5)
+    assert proc.returncode == 0, out[-6000:]
+    assert killed == {"Generator": 5, "Verifier": 5}, killed
+    check_no_loss(run_dir, steps)
+    last = read_metrics(run_dir)[-1]
+    assert last["role/generator/failures"] >= 5 and last["role/verifier/failures"] >= 5
+
+
+@pytest.mark.slow
+def test_sigint_checkpoints_and_resume_matches_an_uninterrupted_run(ray_env, warm_cache, tmp_path) -> None:
+    args = small(warm_cache, "train.max_steps=8", "train.eval_every=4", "train.checkpoint_every=0",
+                 "train.dump_rollouts=true")
+    reference = tmp_path / "reference"
+    coevo([*args, "--output-dir", str(reference)], ray_env, tmp_path)
+    expected = read_metrics(reference)
+
+    run_dir = tmp_path / "run"
+    proc = start([*args, "--output-dir", str(run_dir)], ray_env, tmp_path)
+    wait_for(lambda: steps_logged(run_dir) >= 3, 180, "three steps", proc)
+    proc.send_signal(signal.SIGINT)
+    out = finish(proc, 120)
+    assert proc.returncode == 130, out[-4000:]
+    assert "resume with:  coevo run --resume --output-dir" in out
+    stopped_at = steps_logged(run_dir)
+    state = json.loads((run_dir / "checkpoints" / f"step_{stopped_at}" / "loop_state.json").read_text())
+    assert state["step"] == stopped_at < 8
+
+    out = coevo(["--resume", "--output-dir", str(run_dir)], ray_env, tmp_path)
+    assert f"from step_{stopped_at}" in out
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    for got, want in zip(rows, expected):
+        for key in DETERMINISTIC:
+            assert got.get(key) == pytest.approx(want.get(key), abs=1e-6), (got["step"], key)
+    check_no_loss(run_dir, 8)
+
+
+@pytest.mark.slow
+def test_a_killed_driver_resumes_from_its_last_checkpoint(ray_env, warm_cache, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    args = small(warm_cache, "train.max_steps=12", "train.eval_every=6", "train.checkpoint_every=3",
+                 "train.dump_rollouts=true", "--output-dir", str(run_dir))
+    proc = start(args, ray_env, tmp_path)
+    wait_for(lambda: (run_dir / "checkpoints" / "step_6").is_dir() and steps_logged(run_dir) >= 7, 180,
+             "a checkpoint and a step after it", proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the embedded cluster it started, no goodbye
+    finish(proc, 30)
+    logged = steps_logged(run_dir)
+    out = coevo(["--resume", "--output-dir", str(run_dir)], ray_env, tmp_path)
+    assert "from step_" in out
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, 13)), f"{logged} logged before the kill"
+    check_no_loss(run_dir, 12)
+
+
+HOSTILE = '''
+import time
+
+def sometimes_hangs(prompt, response, answer, **_):
+    if int(prompt[0]) in (7, 8):  # a fifth of the prompts
+        time.sleep(60)
+    return float(response.strip() == answer)
+
+def eats_memory(prompt, response, answer, **_):
+    if int(prompt[0]) in (3, 4):
+        blob = bytearray(8 * 1024 ** 3)  # far past the worker's memory limit
+        return float(len(blob))
+    return 1.0
+'''
+
+
+@pytest.mark.slow
+def test_hanging_and_memory_hungry_reward_functions_cost_one_limit_per_batch(ray_env, warm_cache, tmp_path) -> None:
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    run_dir = tmp_path / "run"
+    coevo(small(warm_cache, "train.max_steps=3", "train.eval_every=3", "verifier.memory_mb=512",
+                "rewards=[{name: hang, fn: 'hostile:sometimes_hangs', timeout_s: 1.0}, "
+                "{name: mem, fn: 'hostile:eats_memory', timeout_s: 5.0, weight: 0}]",
+                "--output-dir", str(run_dir)), ray_env, tmp_path, timeout=300)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for row in rows:
+        assert row["time/verify_s"] < 3.0, row["time/verify_s"]  # about one time limit (1 s), not one per hanging sample
+        assert row["samples/lost"] == 0
+    assert sum(r["reward/hang/errors"] for r in rows) > 0 and sum(r["reward/mem/errors"] for r in rows) > 0

@@ -1,0 +1,108 @@
+"""The co-evolving recipes end to end, small: `reward_model` from a file of pairs (its checkpoint
+loads with transformers), a saved reward model as a reward source of GRPO, `cooper` (two learners,
+two weight channels, one reward-model version per batch) and `prime` (dense token rewards)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from coevo_cli import coevo, read_metrics, small
+
+
+def write_pairs(path, n: int) -> None:
+    """Correct sums preferred over sums that are one off: a task a reward model can learn."""
+    with path.open("w") as f:
+        for i in range(n):
+            a, b = i % 10, (i * 7) % 10
+            f.write(json.dumps({"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(a + b + 1 + i % 3)}) + "\n")
+
+
+@pytest.mark.slow
+def test_reward_model_from_pairs_then_as_a_reward_source(ray_env, warm_cache, tmp_path) -> None:
+    write_pairs(tmp_path / "pairs.jsonl", 300)
+    rm_dir = tmp_path / "rm"
+    coevo(small(warm_cache, "recipe=reward_model", "reward_model.pairs_path=pairs.jsonl", "reward_model.eval_pairs=60",
+                "reward_model.batch_pairs=32", "reward_model.lr=1e-3", "train.max_steps=16", "train.eval_every=8",
+                "--output-dir", str(rm_dir)), ray_env, tmp_path)
+    rows = read_metrics(rm_dir)
+    assert [r["step"] for r in rows if "eval/pair_accuracy" in r] == [8, 16]
+    assert all(r["rm/pairs"] == 32 and r["rm/version"] == r["step"] for r in rows)
+    assert rows[-1]["rm/loss"] < rows[0]["rm/loss"]
+    assert rows[-1]["eval/pair_accuracy"] > 0.6 and rows[-1]["eval/pairs"] == 60
+
+    # the checkpoint is a transformers sequence classifier with one score
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    final = rm_dir / "checkpoints" / "final" / "rm_learner"
+    model, tok = AutoModelForSequenceClassification.from_pretrained(final), AutoTokenizer.from_pretrained(final)
+    with torch.no_grad():
+        logits = model(**tok(["3+4=7", "3+4=8"], return_tensors="pt", add_special_tokens=False)).logits
+    assert logits.shape == (2, 1) and torch.isfinite(logits).all()
+
+    # ... and a reward source of any recipe, beside a verifier
+    run_dir = tmp_path / "grpo"
+    coevo(small(warm_cache, f"rewards=[{{name: rm, model: '{final}'}}, {{name: correct, fn: integer_match, weight: 0}}]",
+                "train.max_steps=2", "train.eval_every=2", "train.dump_rollouts=true", "--output-dir", str(run_dir)),
+          ray_env, tmp_path)
+    import pandas as pd
+
+    dump = pd.read_parquet(run_dir / "rollouts" / "step_2.parquet")
+    assert dump["reward.rm"].notna().all() and dump["reward.correct"].notna().all()
+    assert (dump["reward"] - dump["reward.rm"]).abs().max() < 1e-5  # the verifier only logs (weight 0)
+    assert dump["reward_model_version"].eq(0).all()  # a frozen reward model stays at version 0
+    assert "eval/accuracy" in read_metrics(run_dir)[-1]
+
+
+@pytest.mark.slow
+def test_cooper_trains_both_models_one_reward_model_version_per_batch(ray_env, warm_cache, tmp_path) -> None:
+    run_dir = tmp_path / "cooper"
+    coevo(small(warm_cache, "recipe=cooper", "rewards=[{name: rm, model: auto}, {name: correct, fn: integer_match, weight: 0}]",
+                "verifier.fraction=0.5", "verifier.accuracy_source=correct", "reward_model.warmup_steps=2",
+                "reward_model.batch_pairs=16", "reward_model.pairs_per_group=2", "train.max_steps=5",
+                "train.eval_every=5", "train.dump_rollouts=true", "--output-dir", str(run_dir)),
+          ray_env, tmp_path, timeout=400)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    import pandas as pd
+
+    rm_versions = []
+    for step in range(1, 6):
+        dump = pd.read_parquet(run_dir / "rollouts" / f"step_{step}.parquet")
+        versions = dump["reward_model_version"].unique()
+        assert len(versions) == 1, f"step {step} mixes reward-model versions {versions}"
+        rm_versions.append(int(versions[0]))
+        assert dump["policy_version"].eq(step - 1).all()  # strict on-policy
+        # the verifier labels only the sampled half of the prompts: the others carry no label, no error
+        labelled = dump["reward.correct"].notna()
+        assert dump.loc[~labelled, "reward_error.correct"].isna().all()
+        assert dump.groupby("group_id")["reward.correct"].apply(lambda s: s.isna().all() or s.notna().all()).all()
+    # each step's batch is scored by the reward model the previous step published
+    assert rm_versions == [0] + [r["rm/version"] for r in rows[:-1]]
+    assert rows[-1]["rm/version"] >= 1 and rows[-1]["channel/reward_model/version"] == rows[-1]["rm/version"]
+    assert all(r["channel/reward_model/lag"] == 0 and r["channel/policy/lag"] == 0 for r in rows)
+    for key in ("rm/batch_pair_accuracy", "rm/pairs", "role/rm_learner/busy_frac", "role/reward_model/busy_frac",
+                "reward/rm/mean", "reward/correct/mean"):
+        assert any(r.get(key) is not None for r in rows), key
+    final = run_dir / "checkpoints" / "final"
+    assert (final / "policy_learner" / "config.json").is_file() and (final / "rm_learner" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_prime_dense_rewards_reach_the_advantages(ray_env, warm_cache, tmp_path) -> None:
+    run_dir = tmp_path / "prime"
+    coevo(small(warm_cache, "recipe=prime", "algorithm.advantage=rloo", "train.max_steps=3", "train.eval_every=3",
+                "train.dump_rollouts=true", "--output-dir", str(run_dir)), ray_env, tmp_path, timeout=300)
+    rows = read_metrics(run_dir)
+    assert [r["prm/version"] for r in rows] == [1, 2, 3]
+    assert all(r["prm/labelled"] == 32 and r["prm/loss"] > 0 for r in rows)
+    import numpy as np
+    import pandas as pd
+
+    dump = pd.read_parquet(run_dir / "rollouts" / "step_3.parquet")
+    assert all(len(t) == len(r) for t, r in zip(dump["token_rewards"], dump["response_ids"]))
+    assert any(np.abs(t).max() > 0 for t in dump["token_rewards"] if len(t))
+    assert (run_dir / "checkpoints" / "final" / "prm_learner" / "config.json").is_file()
+    assert (run_dir / "prm_learner_reference" / "config.json").is_file()
