@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -64,6 +65,7 @@ class Learner(Trainable):
         from actors.algorithms import ADVANTAGES
         from actors.algorithms.advantages import combine_advantages, process_advantages
 
+        started = time.perf_counter()
         table = B.concat(list(tables))
         B.validate(table)
         distinct = pc.count_distinct(table.column("uid")).as_py()
@@ -117,6 +119,7 @@ class Learner(Trainable):
         out = self._metrics(table, rewards, groups, outcome, sums, n_tokens, old_lp, r_mask, norms, skipped)
         out.update(reward_metrics)
         out["train/rows_computed_frac"] = computed / max(n, 1)
+        out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
         return out
 
     def _proximal(self, d: dict, needed: torch.Tensor, p_width: int) -> torch.Tensor | None:

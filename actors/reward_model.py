@@ -124,6 +124,7 @@ class RewardModel:
         texts = [render(self.template, prompts[i], responses[i], answers[i] if answers else None) for i in valid]
         info = {"rows": table.num_rows}
         for name, scorer in self.scorers.items():
+            mark = time.perf_counter()
             values = np.full(table.num_rows, np.nan, dtype=np.float32)
             why = list(errors)
             if texts:
@@ -134,6 +135,7 @@ class RewardModel:
             table = B.replace_column(table, B.REWARD_PREFIX + name, pa.array(values, pa.float32(), mask=np.isnan(values)))
             table = B.replace_column(table, B.REWARD_ERROR_PREFIX + name, pa.array(why, pa.string()))
             info[f"errors/{name}"] = sum(w is not None for w in why)
+            info[f"seconds/{name}"] = time.perf_counter() - mark
         table = B.replace_column(table, "reward_model_version", pa.array(np.full(table.num_rows, self.version, np.int64)))
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info

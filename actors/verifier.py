@@ -65,7 +65,9 @@ class Verifier:
                 for i in np.nonzero(labelled)[0]:
                     items.append((spec.name, {**rows[i], **spec.args}))
                     slots.append((spec.name, np.array([i])))
+        before = self.sandbox.stats()["sources"] if items else {}
         results = self.sandbox.score(items, self.timeouts) if items else []
+        after = self.sandbox.stats()["sources"] if items else {}
         values = {s.name: np.full(table.num_rows, np.nan, dtype=np.float64) for s in self.specs}
         errors: dict[str, list] = {s.name: [None] * table.num_rows for s in self.specs}
         for (source, idx), (value, error) in zip(slots, results):
@@ -82,6 +84,8 @@ class Verifier:
             table = B.replace_column(table, B.REWARD_PREFIX + spec.name, pa.array(v, pa.float32(), mask=np.isnan(v)))
             table = B.replace_column(table, B.REWARD_ERROR_PREFIX + spec.name, pa.array(errors[spec.name], pa.string()))
             info[f"errors/{spec.name}"] = sum(e is not None for e in errors[spec.name])
+            spent = after.get(spec.name, {}).get("seconds", 0.0) - before.get(spec.name, {}).get("seconds", 0.0)
+            info[f"seconds/{spec.name}"] = spent  # time the source's function ran, summed over items
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
 

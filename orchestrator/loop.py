@@ -41,6 +41,7 @@ class RunContext:
     stop_requested: str | None = None  # set by SIGINT/SIGTERM: checkpoint and exit after this step
     rollouts: Any = None  # the recipe's batch source (orchestrator.rollouts.Rollouts for RL)
     versions: dict[str, int] = field(default_factory=dict)  # learner role -> its latest version
+    stage_seconds: dict = field(default_factory=dict)  # batch-stage scoring time per source, this step
 
     def elapsed(self) -> float:
         return self.offset_s + time.perf_counter() - self.started
@@ -96,6 +97,12 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                    "time/verify_s": _piece_time(pieces, "verify_s", ctx, "verifier"),
                    "throughput/samples_per_s": samples / step_s,
                    **rollouts.accounting()}
+            seconds = {k: sum(p.info.get(k, 0.0) for p in pieces) for p in pieces for k in p.info
+                       if k.startswith("seconds/")}
+            seconds.update(ctx.stage_seconds)
+            ctx.stage_seconds = {}
+            for key, value in seconds.items():  # scoring cost per sample, per reward source
+                row[f"reward/{key[8:]}/latency_ms"] = 1000 * value / max(samples, 1)
             if "samples/tokens" in metrics:
                 row["throughput/tokens_per_s"] = metrics["samples/tokens"] / step_s
             for name, channel in ctx.channels.items():

@@ -5,6 +5,7 @@ version) -> learn -> publish the policy to the generators."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from orchestrator.channels import Channel
 from orchestrator.evaluation import greedy_accuracy
@@ -33,7 +34,7 @@ class GRPO(Recipe):
 
     async def score_piece(self, ctx, table):
         table, info = await ctx.pools["verifier"].call("score", table)
-        return table, {"verify_s": info["busy_s"]}
+        return table, {"verify_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")}}
 
     async def score_batch(self, ctx, tables: list) -> list:
         """Reward models score the whole batch at one version (updates happen only between batches)."""
@@ -41,12 +42,14 @@ class GRPO(Recipe):
             return tables
         pool = ctx.pools["reward_model"]
         scored = await asyncio.gather(*[pool.call("score", t, versioned=True) for t in tables])
+        ctx.stage_seconds = {k: sum(i.get(k, 0.0) for _, i in scored) for k in scored[0][1] if k.startswith("seconds/")}
         return [t for t, _ in scored]
 
     async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
         metrics = await ctx.pools["policy_learner"].call("train_step", *tables, dump_path=dump_path, table=False)
+        mark = time.perf_counter()
         await publish(ctx, "policy", metrics["version"])
-        return metrics
+        return {**metrics, "time/publish_s": time.perf_counter() - mark}
 
     async def evaluate(self, ctx) -> dict:
         return await greedy_accuracy(ctx)

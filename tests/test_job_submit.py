@@ -76,6 +76,8 @@ def ray_cluster():
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
         "PATH": os.pathsep.join([str(BIN), env.get("PATH", "")]),
+        # `ray job stop` sends SIGTERM, then SIGKILL after this many seconds (default 3): room to checkpoint
+        "RAY_JOB_STOP_WAIT_TIME_S": "30",
         MARK: temp,
     })
     dashboard_port = free_port()
@@ -164,3 +166,46 @@ def test_working_dir_upload_honours_gitignore(tmp_path) -> None:
     for rel in bulky:
         top = rel.split("/")[0] if not rel.startswith("orchestrator/") else rel
         assert not any(n.startswith(top) for n in names), f"{rel} would be uploaded: {names}"
+
+
+def _job(env, url, *args, timeout=300, check=True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(BIN / "ray"), "job", *args[:1], "--address", url, *args[1:]], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_ray_job_stop_checkpoints_and_a_new_job_resumes(ray_cluster, tmp_path) -> None:
+    """`ray job stop` (SIGTERM) saves a checkpoint and says how to resume; a relative output path
+    inside a job is refused (the job's working directory is a temporary copy)."""
+    url, env, temp = ray_cluster
+    common = ["warmup.enabled=false", "rollout.prompts_per_step=8", "rollout.samples_per_prompt=4",
+              "data.eval_size=32", "train.threads=1", "train.eval_every=50", "train.checkpoint_every=0"]
+    refused = _job(env, url, "submit", "--working-dir", str(REPO), "--", "coevo", "run", *common,
+                   "--output-dir", "runs/relative", check=False)
+    assert refused.returncode != 0 and "relative" in refused.stdout + refused.stderr
+
+    run_dir = tmp_path / "job-run"
+    submitted = _job(env, url, "submit", "--no-wait", "--working-dir", str(REPO), "--", "coevo", "run", *common,
+                     "train.max_steps=400", "--output-dir", str(run_dir))
+    job_id = next(w for w in submitted.stdout.split() if w.startswith("raysubmit_"))
+    deadline = time.monotonic() + 240
+    while not ((run_dir / "metrics.jsonl").exists() and len((run_dir / "metrics.jsonl").read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline, _job(env, url, "logs", job_id, check=False).stdout[-4000:]
+        time.sleep(0.5)
+    _job(env, url, "stop", job_id)
+    deadline = time.monotonic() + 60
+    while "STOPPED" not in _job(env, url, "status", job_id).stdout:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    logs = _job(env, url, "logs", job_id).stdout
+    assert "SIGTERM: saving a checkpoint" in logs and f"resume with:  coevo run --resume --output-dir {run_dir}" in logs
+    steps = len((run_dir / "metrics.jsonl").read_text().splitlines())
+    assert (run_dir / "checkpoints" / f"step_{steps}" / "loop_state.json").is_file()
+
+    _job(env, url, "submit", "--working-dir", str(REPO), "--", "coevo", "run", "--resume", "--output-dir",
+         str(run_dir), f"train.max_steps={steps + 2}")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    assert [r["step"] for r in rows] == list(range(1, steps + 3))
