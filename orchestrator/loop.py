@@ -11,6 +11,7 @@ token data.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             metrics = await recipe.learn(ctx, tables, dump)
             rollouts.trained_batch()
             t_learn = time.perf_counter()
+            await asyncio.sleep(0)  # let admission dispatch the next pieces before the bookkeeping below
             step_s = t_learn - t0
             ctx.step = step
             samples = sum(p.samples for p in pieces)

@@ -86,20 +86,22 @@ class Rollouts:
     async def _produce(self) -> None:
         try:
             while not self._stopped:
-                if self._capacity() < self.chunk:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                prompts = self.ctx.sampler.next(self.chunk)
-                piece = Piece(seq=self.seq, prompts=prompts, groups=prompts.num_rows,
-                              samples=prompts.num_rows * self.n)
-                self.seq += 1
-                self.admitted += piece.groups
-                self.counts["samples/dispatched"] += piece.samples
-                self._launch(piece)
-                await asyncio.sleep(0)  # let the piece start before the next is admitted
+                self._fill()
+                self._wake.clear()
+                await self._wake.wait()
         except Exception as e:  # noqa: BLE001  (surfaced by take())
             self._fail(e)
+
+    def _fill(self) -> None:
+        """Dispatch pieces while admission allows (synchronously: their tasks start at the next turn
+        of the event loop, before anything else the loop does)."""
+        while not self._stopped and self._capacity() >= self.chunk:
+            prompts = self.ctx.sampler.next(self.chunk)
+            piece = Piece(seq=self.seq, prompts=prompts, groups=prompts.num_rows, samples=prompts.num_rows * self.n)
+            self.seq += 1
+            self.admitted += piece.groups
+            self.counts["samples/dispatched"] += piece.samples
+            self._launch(piece)
 
     def _launch(self, piece: Piece) -> None:
         self.inflight[piece.seq] = piece
@@ -162,16 +164,19 @@ class Rollouts:
         self.admitted -= piece.groups
         self.counts[f"samples/dropped/{reason}"] += piece.samples
         log.warning("dropped piece %d (%d samples): %s", piece.seq, piece.samples, reason)
-        self._wake.set()
+        self._fill()
 
     def interrupt(self) -> None:
         """Wake a waiting take() (a stop was requested)."""
         self._changed.set()
 
     def trained_batch(self) -> None:
-        """The learner finished a batch: admission may dispatch the next one."""
+        """The learner finished a batch: admission may dispatch the next one, right away."""
         self.trained += 1
-        self._wake.set()
+        try:
+            self._fill()
+        except Exception as e:  # noqa: BLE001  (surfaced by take())
+            self._fail(e)
 
     # ---- bookkeeping ------------------------------------------------------------------------------
     def accounting(self) -> dict[str, int]:
