@@ -40,6 +40,7 @@ CORE_FIELDS: dict[str, pa.DataType] = {
 OPTIONAL_FIELDS: dict[str, pa.DataType] = {
     "reward": pa.float32(),
     "reward_model_version": pa.int64(),  # the reward model's version where one scored the row
+    "judge_version": pa.int64(),  # the policy version that judged the row (self-rewarding)
     "labelled": pa.bool_(),  # whether the verifier labels this prompt (verifier.fraction)
     "token_rewards": pa.list_(pa.float32()),
     "ref_logprobs": pa.list_(pa.float32()),
@@ -202,6 +203,25 @@ def replace_column(table: pa.Table, name: str, column: pa.Array) -> pa.Table:
     if name in table.schema.names:
         table = table.drop_columns([name])
     return table.append_column(name, column)
+
+
+def decode_texts(table: pa.Table, name: str) -> tuple[list[str | None], list[str | None]]:
+    """Texts of a string column, and per row why it cannot be read (None if it can). Rows that are
+    not valid UTF-8 (Arrow can hold such bytes) are reported instead of raising."""
+    raw = table.column(name).cast(pa.binary()).to_pylist()
+    texts, problems = [], []
+    for i, value in enumerate(raw):
+        if value is None:
+            texts.append(None)
+            problems.append(f"{name} is null")
+            continue
+        try:
+            texts.append(value.decode("utf-8"))
+            problems.append(None)
+        except UnicodeDecodeError as e:
+            texts.append(None)
+            problems.append(f"{name} is not valid UTF-8 (byte {value[e.start]:#04x} at offset {e.start})")
+    return texts, problems
 
 
 def group_index(table: pa.Table) -> np.ndarray:

@@ -10,10 +10,7 @@ import pyarrow as pa
 import ray
 
 from actors import batch as B
-
-
-class StaleReplicaError(RuntimeError):
-    """A replica was asked to work at a weights version it does not hold (e.g. it was restarted)."""
+from actors.weights import StaleReplicaError
 
 
 class Generator:
@@ -34,6 +31,8 @@ class Generator:
             model = modeling.load_model(model_source)
         self.backend = BACKENDS.get(config.rollout.backend)(model, tokenizer, device=device)
         self.config = config.rollout
+        self.judge_config = config.judge
+        self.judges = [r.name for r in config.judge_rewards()]
         self.seed = config.seed
         self.version = 0
         self.replica = replica
@@ -42,6 +41,13 @@ class Generator:
         self.backend.load_weights(payload, version)
         self.version = version
         return version
+
+    def update_weights_from(self, path: str, version: int) -> int:
+        """Load a saved model directory (an iteration's snapshot) as weights `version`."""
+        from actors import modeling
+        from actors.weights import export_state
+
+        return self.update_weights(version, export_state(modeling.load_model(path), version))
 
     def ping(self) -> int:
         return self.version
@@ -90,6 +96,49 @@ class Generator:
         info = {"rows": table.num_rows, "version": self.version, "busy_s": time.perf_counter() - start,
                 "tokens": int(out.response_lengths.sum())}
         return table, info
+
+
+    @ray.method(num_returns=2)
+    def judge(self, table: pa.Table, expect_version: int | None = None) -> tuple[pa.Table, dict]:
+        """The policy judges each (prompt, response) of `table` with the weights it holds: appends
+        `reward.<name>`/`reward_error.<name>` for every judge reward source and `judge_version`."""
+        from actors import judging
+
+        if expect_version is not None and expect_version != self.version:
+            raise StaleReplicaError(f"judge replica {self.replica} holds version {self.version}, asked for {expect_version}")
+        start = time.perf_counter()
+        cfg, backend = self.judge_config, self.backend
+        prompts, p_err = B.decode_texts(table, "prompt")
+        responses, r_err = B.decode_texts(table, "response")
+        errors = [pe or re or ("empty response" if r == "" else None) for pe, re, r in zip(p_err, r_err, responses)]
+        valid = [i for i, e in enumerate(errors) if e is None]
+        texts = [judging.render(cfg.template, prompts[i], responses[i]) for i in valid]
+        values = np.full(table.num_rows, np.nan, dtype=np.float32)
+        if texts and cfg.mode == "yes_prob":
+            tok = backend.tokenizer
+            yes = judging.single_token(tok, cfg.yes, "judge.yes")
+            no = judging.single_token(tok, cfg.no, "judge.no")
+            values[valid] = judging.yes_probability(backend.model, tok, texts, yes, no, backend.device)
+        elif texts:
+            out = backend.generate(texts, n=cfg.samples, max_new_tokens=cfg.max_new_tokens,
+                                   temperature=self.config.temperature, top_p=self.config.top_p,
+                                   top_k=self.config.top_k)
+            judgments = backend.decode(out.response_ids, out.response_lengths)
+            for j, i in enumerate(valid):
+                value, why = judging.parse_scores(judgments[j * cfg.samples:(j + 1) * cfg.samples],
+                                                  cfg.pattern, cfg.scale)
+                values[i] = np.nan if value is None else value
+                errors[i] = why
+        info = {"rows": table.num_rows}
+        for name in self.judges:
+            table = B.replace_column(table, B.REWARD_PREFIX + name, pa.array(values, pa.float32(), mask=np.isnan(values)))
+            table = B.replace_column(table, B.REWARD_ERROR_PREFIX + name, pa.array(errors, pa.string()))
+            info[f"errors/{name}"] = sum(e is not None for e in errors)
+        table = B.replace_column(table, "judge_version", pa.array(np.full(table.num_rows, self.version, np.int64)))
+        info["busy_s"] = time.perf_counter() - start
+        for name in self.judges:
+            info[f"seconds/{name}"] = info["busy_s"] / max(len(self.judges), 1)
+        return B.with_version(table), info
 
 
 GeneratorActor = ray.remote(Generator)

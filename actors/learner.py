@@ -7,6 +7,7 @@ import copy
 import logging
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +46,19 @@ class Learner(Trainable):
         return torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=self.algo.weight_decay)
 
     # ---- checkpoints -----------------------------------------------------------------------------
+    def save(self, path: str, optimizer: bool = True) -> str:
+        out = super().save(path, optimizer)
+        if optimizer and getattr(self, "_reference_moves", False):
+            self.reference.save_pretrained(Path(out) / REFERENCE_DIR)
+        return out
+
+    def restore(self, path: str) -> int:
+        version = super().restore(path)
+        if (Path(path) / REFERENCE_DIR / "config.json").is_file():
+            self.load_reference(str(Path(path) / REFERENCE_DIR))
+            self._reference_moves = True
+        return version
+
     def extra_state(self) -> dict:
         return {"aggregator": self.aggregator.state_dict(), "skipped_steps": self.skipped_steps}
 
@@ -233,6 +247,58 @@ class Learner(Trainable):
         }
         if self.reference is not None:
             out["train/kl"] = sums["kl"] / per_token
+        return out
+
+    # ---- preference optimisation (self-rewarding iterations) ------------------------------------
+    def snapshot_reference(self, path: str | None = None) -> int:
+        """Freeze the current weights as the reference of an iteration's preference loss (and save
+        them to `path`, the iteration's snapshot)."""
+        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self._reference_moves = True  # saved with every checkpoint, not once per run
+        if path:
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        return self.version
+
+    def train_preference(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None) -> dict:
+        """One optimizer step on preference pairs (prompt, chosen, rejected) with a loss from the
+        registry (dpo, ipo, simpo), or `raft`: supervised fine-tuning on the chosen responses."""
+        from actors.algorithms import PREFERENCE_LOSSES
+        from actors.algorithms.preference import sft_nll
+
+        B.validate_pairs(pairs)
+        n = pairs.num_rows
+        prompts = self._tokenize(pairs.column("prompt").to_pylist())
+        responses = self._tokenize(pairs.column("chosen").to_pylist() + pairs.column("rejected").to_pylist(), eos=True)
+        table = pa.table({"prompt_ids": pa.concat_arrays([prompts, prompts]), "response_ids": responses})
+        ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
+        m = r_mask.to(self.device).float()
+        logp = self._token_logprobs(self.model, ids, mask, positions, r_ids, p_width)
+        if loss == "raft":
+            total, stats = sft_nll(logp[:n], m[:n]), {}
+        else:
+            if self.reference is None and loss != "simpo":
+                raise RuntimeError(f"preference loss {loss!r} needs a reference: call snapshot_reference first")
+            seq, lengths = (logp * m).sum(1), m.sum(1)
+            ref = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref = (self._token_logprobs(self.reference, ids, mask, positions, r_ids, p_width) * m).sum(1)
+            total, stats = PREFERENCE_LOSSES.get(loss)(
+                chosen_logps=seq[:n], rejected_logps=seq[n:], chosen_lengths=lengths[:n], rejected_lengths=lengths[n:],
+                ref_chosen_logps=None if ref is None else ref[:n], ref_rejected_logps=None if ref is None else ref[n:],
+                **(params or {}))
+        self.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(total):
+            self.skipped_steps += 1
+            log.warning("non-finite preference loss %s: step skipped", float(total))
+            return {"version": self.version, "pref/step_skipped": 1.0}
+        total.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.grad_clip)
+        self.optimizer.step()
+        self.version += 1
+        out = {"version": self.version, "pref/loss": total.item(), "pref/pairs": n, "train/grad_norm": float(grad_norm)}
+        out.update({f"pref/{k}": float(v) for k, v in stats.items()})
         return out
 
     # ---- supervised warm-up ----------------------------------------------------------------------

@@ -16,8 +16,7 @@ import ray
 import torch
 
 from actors import batch as B
-from actors.generator import StaleReplicaError
-from actors.weights import load_state
+from actors.weights import StaleReplicaError, load_state
 
 
 def render(template: str, prompt: str, response: str, answer: str | None = None) -> str:
@@ -25,25 +24,6 @@ def render(template: str, prompt: str, response: str, answer: str | None = None)
     so braces in the texts are harmless."""
     text = template.replace("{prompt}", prompt).replace("{response}", response)
     return text.replace("{answer}", answer or "")
-
-
-def decode_column(table: pa.Table, name: str) -> tuple[list[str | None], list[str | None]]:
-    """Texts of a string column, and per row why it cannot be read (None if it can). Rows that are
-    not valid UTF-8 (Arrow can hold such bytes) are reported instead of raising."""
-    raw = table.column(name).cast(pa.binary()).to_pylist()
-    texts, problems = [], []
-    for i, value in enumerate(raw):
-        if value is None:
-            texts.append(None)
-            problems.append(f"{name} is null")
-            continue
-        try:
-            texts.append(value.decode("utf-8"))
-            problems.append(None)
-        except UnicodeDecodeError as e:
-            texts.append(None)
-            problems.append(f"{name} is not valid UTF-8 (byte {value[e.start]:#04x} at offset {e.start})")
-    return texts, problems
 
 
 class ScalarScorer:
@@ -115,8 +95,8 @@ class RewardModel:
         if expect_version is not None and expect_version != self.version:
             raise StaleReplicaError(f"reward model replica holds version {self.version}, asked for {expect_version}")
         start = time.perf_counter()
-        prompts, p_err = decode_column(table, "prompt")
-        responses, r_err = decode_column(table, "response")
+        prompts, p_err = B.decode_texts(table, "prompt")
+        responses, r_err = B.decode_texts(table, "response")
         answers = table.column("answer").cast(pa.string()).to_pylist() if "answer" in table.schema.names else None
         errors = [pe or re or ("empty response" if r == "" else None)
                   for pe, re, r in zip(p_err, r_err, responses)]

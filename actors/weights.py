@@ -14,6 +14,11 @@ import numpy as np
 import torch
 
 
+class StaleReplicaError(RuntimeError):
+    """A replica was asked to work at a weights version it does not hold (e.g. it was restarted);
+    the pool re-sends it the current weights and retries the work."""
+
+
 class WeightMismatchError(ValueError):
     """A weight update does not fit the model it was sent to; nothing was loaded."""
 

@@ -6,6 +6,7 @@ and data position, the buffered and in-flight rollout pieces, and the verifiers'
       loop_state.json            step, time, sampler position, counters, channel versions
       <learner role>/            HF save_pretrained + tokenizer + optimizer.pt + learner_state.pt
       rollouts/seq_<s>.parquet   buffered pieces (scored tables); prompts_<s>.parquet: in flight
+      source/<name>.parquet      a batch source's own tables (an iteration's preference pairs)
 """
 
 from __future__ import annotations
@@ -83,3 +84,16 @@ def read_pieces(path: Path, index: list[dict]) -> list[dict]:
         prompts: pa.Table = pq.read_table(path / "rollouts" / f"prompts_{entry['seq']}.parquet")
         pieces.append({**entry, "prompts": prompts, "table": table})
     return pieces
+
+
+def write_tables(path: Path, tables: dict[str, pa.Table]) -> list[str]:
+    """A batch source's own tables (e.g. an iteration's preference pairs) as Parquet."""
+    out = path / "source"
+    for name, table in tables.items():
+        out.mkdir(exist_ok=True)
+        pq.write_table(table, out / f"{name}.parquet")
+    return sorted(tables)
+
+
+def read_tables(path: Path, names: list[str]) -> dict[str, pa.Table]:
+    return {name: pq.read_table(path / "source" / f"{name}.parquet") for name in names}

@@ -91,11 +91,12 @@ class RolloutConfig(Section):
 
 
 class RewardSpec(Section):
-    """One reward source, written to column `reward.<name>`: a verifier function (`fn`) or a reward
-    model (`model`)."""
+    """One reward source, written to column `reward.<name>`: a verifier function (`fn`), a reward
+    model (`model`), or the policy judging its own samples (`judge: true`, see the judge section)."""
     name: str
     fn: Optional[str] = None  # built-in name or `module:function`; defaults to `name`
     model: Optional[str] = None  # a scalar reward model: a local directory, or "auto" (see reward_model)
+    judge: bool = False
     args: dict[str, Any] = {}  # extra keyword arguments for `fn`
     weight: float = 1.0  # in the aggregated `reward`; 0 logs the source without training on it
     normalize: Literal["none", "group", "running"] = "none"
@@ -103,10 +104,10 @@ class RewardSpec(Section):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "RewardSpec":
-        if self.fn is not None and self.model is not None:
+        if (self.fn is not None) + (self.model is not None) + self.judge > 1:
             raise ValueError(f"rewards[{self.name}]: set either fn (a verifier function) or model "
-                             "(a reward model), not both")
-        if self.model is None:
+                             "(a reward model) or judge, not both")
+        if self.kind == "fn":
             from actors.rewards import REWARD_FUNCTIONS
             registered(self.fn or self.name, REWARD_FUNCTIONS)
         elif self.args:
@@ -115,7 +116,7 @@ class RewardSpec(Section):
 
     @property
     def kind(self) -> str:
-        return "model" if self.model is not None else "fn"
+        return "model" if self.model is not None else "judge" if self.judge else "fn"
 
 
 class VerifierConfig(Section):
@@ -222,6 +223,64 @@ class PrimeConfig(Section):
     label_source: Optional[str] = None  # verifier source giving outcome labels (default: first fn)
 
 
+class JudgeConfig(Section):
+    """The policy judging its own samples (`rewards: [{name: ..., judge: true}]`): the probability
+    of the `yes` token after a judge prompt, or numbers parsed from k sampled judgments."""
+    template: str = "{prompt}{response}?"
+    mode: Literal["yes_prob", "sampled"] = "yes_prob"
+    yes: str = "Y"
+    no: str = "N"
+    samples: int = Field(4, ge=1)  # sampled mode: judgments per response
+    max_new_tokens: int = Field(4, gt=0)  # sampled mode
+    pattern: str = r"-?\d+(?:\.\d+)?"  # sampled mode: the score in a judgment
+    scale: float = Field(1.0, gt=0)  # sampled mode: parsed score / scale
+    shared: bool = True  # on the generator replicas; false: a separate judge pool on the policy channel
+    # A small model cannot judge out of the box: SFT on verifier-labelled samples of the warm policy
+    # (judge prompt -> yes/no), as Self-Rewarding LM's evaluation fine-tuning; cached like the warm-up.
+    warmup_steps: int = Field(0, ge=0)
+    warmup_lr: float = Field(1e-3, gt=0)
+    warmup_batch_size: int = Field(128, gt=0)
+
+    @field_validator("template")
+    @classmethod
+    def _fields(cls, v: str) -> str:
+        for key in ("{prompt}", "{response}"):
+            if key not in v:
+                raise ValueError(f"judge.template must contain {key}")
+        return v
+
+
+class IterationsConfig(Section):
+    """Iterative preference optimisation (recipe self_rewarding; Yuan et al. 2024): per iteration,
+    sample `rollout.samples_per_prompt` responses for `prompts` prompts, judge them with the policy
+    itself, pair the best with the worst, train `epochs` epochs with `loss` against the iteration's
+    starting model as reference, then start the next iteration from the trained model."""
+    iterations: int = Field(3, ge=1)
+    prompts: int = Field(256, gt=0)
+    epochs: int = Field(2, ge=1)
+    batch_pairs: int = Field(64, gt=0)
+    loss: str = "dpo"  # a preference loss (dpo, ipo, simpo) or raft (SFT on the chosen responses)
+    beta: float = Field(0.1, gt=0)  # dpo / simpo beta; ipo uses tau = beta
+    margin: float = Field(0.0, ge=0)  # skip pairs whose judge scores differ by less
+    # CREAM (Wang et al. 2024): keep (filter) or weight pairs by how consistently this iteration's and
+    # the previous iteration's judge rank the group's responses (Kendall's tau, mapped to [0, 1]).
+    cream: Literal["none", "filter", "weight"] = "none"
+    cream_threshold: float = Field(0.5, ge=0, le=1)
+    # Temporal Self-Rewarding (Wang et al. 2025): rejected responses drawn from the initial model
+    # (anchored rejection), chosen responses re-drawn with the model after the first epoch
+    # (future-guided chosen).
+    anchored_rejection: bool = False
+    future_chosen: bool = False
+
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, v: str) -> str:
+        from actors.algorithms import PREFERENCE_LOSSES
+        if v == "raft":
+            return v
+        return registered(v, PREFERENCE_LOSSES)
+
+
 class WarmupConfig(Section):
     """Supervised warm-up on reference answers until a held-out accuracy target is reached."""
     enabled: bool = True
@@ -264,6 +323,8 @@ class Config(Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     reward_model: RewardModelConfig = RewardModelConfig()
     prime: PrimeConfig = PrimeConfig()
+    judge: JudgeConfig = JudgeConfig()
+    iterations: IterationsConfig = IterationsConfig()
     warmup: WarmupConfig = WarmupConfig()
     train: TrainConfig = TrainConfig()
     # Extra aggregation stages over the reward sources (G-RA gates, PAR, Parrot selection, process
@@ -342,6 +403,9 @@ class Config(Section):
 
     def model_rewards(self) -> list[RewardSpec]:
         return [r for r in self.rewards if r.kind == "model"]
+
+    def judge_rewards(self) -> list[RewardSpec]:
+        return [r for r in self.rewards if r.kind == "judge"]
 
     def accuracy_source(self) -> Optional[str]:
         fns = self.fn_rewards()

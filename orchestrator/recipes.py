@@ -16,6 +16,7 @@ BUILT_IN = {
     "reward_model": "pipelines.reward_model:RewardModelTraining",
     "cooper": "pipelines.cooper:Cooper",
     "prime": "pipelines.prime:Prime",
+    "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
 }
 
 

@@ -110,7 +110,21 @@ class Run:
                                         f"(accuracy {warm_info['warmup/accuracy']:.3f})")
                 else:
                     cluster.check_resources(cfg, self.recipe.roles(cfg, sources), local)
-                    pools, sources.policy, warm_info = await self._sft(prompts)
+                    pools, warm_ctx = await self._warm_pools(prompts, sources.policy)
+                    info = await warm_up(warm_ctx, self.run_dir / "warmup")
+                    sources.policy, warm_info = info.pop("path"), info
+            if cfg.judge_rewards() and cfg.judge.warmup_steps:
+                from orchestrator.judge_warmup import cached_judge, judge_warm_up
+                path, info = cached_judge(cfg)
+                if path is None:
+                    pools, warm_ctx = await self._warm_pools(prompts, sources.policy, pools)
+                    info = await judge_warm_up(warm_ctx, self.run_dir / "judge_warmup")
+                    path = info.pop("path")
+                else:
+                    self.progress.print(f"judging warm-up: using cached model {path}")
+                sources.policy = str(path)
+                warm_info.update(info)
+            pools = self._drop_temporary(pools)
         self._policy_source = sources.policy
         roles = self.recipe.roles(cfg, sources)
         cluster.check_resources(cfg, roles, local)
@@ -155,25 +169,30 @@ class Run:
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
-    async def _sft(self, prompts) -> tuple[dict, str, dict]:
-        """The supervised warm-up, on the recipe's own generator/verifier/policy-learner pools where
-        it has them (they keep the warm weights and go on into RL), else on temporary ones."""
+    async def _warm_pools(self, prompts, policy: str | None, pools: dict | None = None) -> tuple[dict, RunContext]:
+        """Generator, verifier and policy-learner pools for the warm-ups: the recipe's own where it
+        has those roles (they keep the warm weights and go on into the run), else temporary ones."""
         from pipelines.grpo import GRPO
 
         cfg = self.config
-        defaults = GRPO.roles(cfg, Sources())
-        mine = self.recipe.roles(cfg, Sources())
-        roles = {r: mine.get(r, defaults[r]) for r in ("generator", "verifier", "policy_learner")}
-        pools = build_pools(roles, cfg)
+        pools = dict(pools or {})
+        defaults = GRPO.roles(cfg, Sources(policy=policy))
+        mine = self.recipe.roles(cfg, Sources(policy=policy))
+        wanted = {r: mine.get(r, defaults[r]) for r in ("generator", "verifier", "policy_learner") if r not in pools}
+        pools.update(build_pools(wanted, cfg))
+        self._temporary = {r for r in ("generator", "verifier", "policy_learner") if r not in mine}
         await _ready(pools)
         ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts,
                                     sampler=PromptSampler(prompts.train, cfg.seed), pools=pools,
                                     metrics=None, progress=self.progress)
         ctx.stop_requested = self._pending_stop
-        info = await warm_up(ctx, self.run_dir / "warmup")
-        for role in [r for r in roles if r not in mine]:
-            pools.pop(role).shutdown()
-        return pools, info.pop("path"), info
+        return pools, ctx
+
+    def _drop_temporary(self, pools: dict) -> dict:
+        for role in getattr(self, "_temporary", ()):
+            if role in pools:
+                pools.pop(role).shutdown()
+        return pools
 
     async def _publish_all(self, ctx: RunContext) -> None:
         for name, channel in ctx.channels.items():
@@ -191,6 +210,7 @@ class Run:
             await ctx.pools["verifier"].broadcast("load_state_dict", state["verifier"])
         ctx.step, ctx.offset_s = state["step"], state["time_s"]
         state["rollouts"]["pieces"] = ckpt.read_pieces(self.resume_from, state["rollouts"].pop("pieces_index", []))
+        state["rollouts"]["tables"] = ckpt.read_tables(self.resume_from, state["rollouts"].pop("tables_index", []))
         self.progress.print(f"resuming {self.run_dir} from {self.resume_from.name} (step {ctx.step})")
 
     async def _save_references(self, ctx: RunContext) -> None:
@@ -206,6 +226,7 @@ class Run:
         await asyncio.gather(*[ctx.pools[r].call("save", str(tmp / r), table=False) for r in learners])
         snap = await ctx.rollouts.snapshot() if ctx.rollouts else {"pieces": []}
         snap["pieces_index"] = ckpt.write_pieces(tmp, snap.pop("pieces"))
+        snap["tables_index"] = ckpt.write_tables(tmp, snap.pop("tables", {}))
         verifier = (await ctx.pools["verifier"].call("state_dict", table=False)) if "verifier" in ctx.pools else {}
         state = {"step": ctx.step, "time_s": ctx.elapsed(), "sampler": ctx.sampler.state(),
                  "learners": learners, "versions": ctx.versions, "rollouts": snap, "verifier": verifier,

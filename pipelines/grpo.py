@@ -27,14 +27,22 @@ class GRPO(Recipe):
         }
         if config.model_rewards():
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), num_cpus=0)
+        if config.judge_rewards() and not config.judge.shared:  # the policy's weights, in a pool of its own
+            roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,), num_cpus=0)
         return roles
 
     def channels(self, ctx) -> dict:
-        return {"policy": Channel("policy", ctx.pools["policy_learner"], [ctx.pools["generator"]])}
+        targets = [ctx.pools[r] for r in ("generator", "judge") if r in ctx.pools]
+        return {"policy": Channel("policy", ctx.pools["policy_learner"], targets)}
 
     async def score_piece(self, ctx, table):
         table, info = await ctx.pools["verifier"].call("score", table)
-        return table, {"verify_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")}}
+        out = {"verify_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")}}
+        if ctx.config.judge_rewards():  # the policy judges its own samples, at the version it holds now
+            judge = ctx.pools.get("judge", ctx.pools["generator"])
+            table, info = await judge.call("judge", table, versioned=True)
+            out.update({"judge_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")}})
+        return table, out
 
     async def score_batch(self, ctx, tables: list) -> list:
         """Reward models score the whole batch at one version (updates happen only between batches)."""

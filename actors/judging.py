@@ -1,0 +1,65 @@
+"""The policy as a judge (LLM-as-a-judge): a judge prompt built from (prompt, response) and either
+the probability of a "yes" token at its end, or a number parsed from k sampled judgments.
+
+Used by the Generator actor (the judge shares the policy's weights and weight channel) and by the
+judging warm-up that teaches a small model the judge format. A judgment that cannot be made (empty
+response, an unparseable score) is a null with a reason, as with verifiers.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+
+def render(template: str, prompt: str, response: str) -> str:
+    """Fill a judge template ({prompt}, {response}) without str.format (braces in texts are harmless)."""
+    return template.replace("{prompt}", prompt).replace("{response}", response)
+
+
+def single_token(tokenizer, word: str, key: str) -> int:
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"{key} {word!r} is {len(ids)} tokens for this tokenizer; pick a word that is one token")
+    return ids[0]
+
+
+@torch.no_grad()
+def yes_probability(model, tokenizer, texts: list[str], yes_id: int, no_id: int, device: str,
+                    micro_batch: int = 128) -> np.ndarray:
+    """P(yes) / (P(yes) + P(no)) for the token after each judge text: one forward pass each."""
+    out = np.zeros(len(texts), dtype=np.float32)
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    for start in range(0, len(ids), micro_batch):
+        chunk = ids[start:start + micro_batch]
+        width = max(len(s) for s in chunk)
+        input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(input_ids)
+        for i, s in enumerate(chunk):  # left-padded: every row's next-token logits are at the end
+            input_ids[i, width - len(s):] = torch.tensor(s)
+            mask[i, width - len(s):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                       position_ids=positions.to(device)).logits[:, -1].float()
+        pair = torch.log_softmax(logits[:, [yes_id, no_id]], dim=-1)
+        out[start:start + len(chunk)] = pair[:, 0].exp().cpu().numpy()
+    return out
+
+
+def parse_scores(judgments: list[str], pattern: str, scale: float) -> tuple[float | None, str | None]:
+    """The mean of the numbers parsed from k judgments (each divided by `scale`); None and a reason
+    if none of them holds one."""
+    found = []
+    for text in judgments:
+        match = re.search(pattern, text)
+        if match:
+            try:
+                found.append(float(match.group(0)) / scale)
+            except ValueError:
+                continue
+    if not found:
+        shown = ", ".join(repr(j[:20]) for j in judgments[:3])
+        return None, f"no score matching {pattern!r} in {len(judgments)} judgments ({shown})"
+    return float(np.mean(found)), None

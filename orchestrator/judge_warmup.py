@@ -1,0 +1,118 @@
+"""The judging warm-up: a small model cannot judge out of the box, so before a self-rewarding run
+the warm policy is fine-tuned to answer the judge prompt — `judge.yes` for responses the verifier
+marks correct, `judge.no` for wrong ones — on its own samples of the training prompts, mixed 1:1
+with the task's SFT data so it keeps its skill (Self-Rewarding LM's evaluation fine-tuning, with
+verifier labels standing in for human ones). Judge-verifier agreement on held-out samples is
+measured before and after. Cached like the SFT warm-up; the verifier is used only here and for
+held-out accuracy, never in the self-rewarding training loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from actors import batch as B
+from orchestrator.channels import Channel
+from orchestrator.data import PromptSampler
+from orchestrator.warmup import cache_key
+
+MARKER = "judge_warmup.json"
+
+
+def cache_path(config) -> Path:
+    return (Path(config.warmup.cache_dir).expanduser().parent / "judges" /
+            cache_key(config, {"judge": config.judge.model_dump(), "kind": "judge",
+                               "rollout": config.rollout.model_dump(), "label": config.accuracy_source()}))
+
+
+def cached_judge(config) -> tuple[Path | None, dict]:
+    path = cache_path(config)
+    if config.warmup.cache and (path / MARKER).is_file():
+        return path, json.loads((path / MARKER).read_text())
+    return None, {}
+
+
+async def labelled_samples(ctx, prompts: pa.Table, seq0: int) -> pa.Table:
+    """Samples of `prompts` from the generators, scored by the verifier."""
+    gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
+
+    async def one(i, chunk):
+        table, _ = await gen.call("generate", chunk, seq=seq0 - i, versioned=True)
+        scored, _ = await ver.call("score", table)
+        return scored
+
+    chunks = ctx.split(prompts, max(1, prompts.num_rows // 64))
+    refs = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
+    return B.concat(list(await asyncio.gather(*refs)))
+
+
+def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
+    """SFT rows (prompt = judge prompt, answer = yes/no) with as many of each label."""
+    from actors.judging import render
+
+    label = table.column(B.REWARD_PREFIX + config.accuracy_source()).to_numpy(zero_copy_only=False)
+    ok = ~np.isnan(label) & (table.column("response").to_numpy(zero_copy_only=False) != "")
+    good, bad = np.nonzero(ok & (label >= 0.5))[0], np.nonzero(ok & (label < 0.5))[0]
+    n = min(len(good), len(bad))
+    if n == 0:
+        raise RuntimeError("judging warm-up: the warm policy's samples are all correct or all wrong; "
+                           "nothing to learn the judge format from")
+    idx = np.concatenate([rng.choice(good, n, replace=False), rng.choice(bad, n, replace=False)])
+    prompts, responses = table.column("prompt").to_pylist(), table.column("response").to_pylist()
+    return pa.table({"prompt": [render(config.judge.template, prompts[i], responses[i]) for i in idx],
+                     "answer": [config.judge.yes if label[i] >= 0.5 else config.judge.no for i in idx]})
+
+
+async def agreement(ctx, held_out: pa.Table) -> float:
+    """How often the judge (P(yes) > 0.5) agrees with the verifier on held-out samples."""
+    judge = ctx.pools["generator"]
+    table, _ = await judge.call("judge", held_out, versioned=True)
+    table = await table
+    name = ctx.config.judge_rewards()[0].name
+    score = table.column(B.REWARD_PREFIX + name).to_numpy(zero_copy_only=False)
+    label = table.column(B.REWARD_PREFIX + ctx.config.accuracy_source()).to_numpy(zero_copy_only=False)
+    ok = ~np.isnan(score) & ~np.isnan(label)
+    return float(np.mean((score[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else float("nan")
+
+
+async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
+    cfg, judge = ctx.config, ctx.config.judge
+    learner = ctx.pools["policy_learner"]
+    channel = Channel("policy", learner, [ctx.pools["generator"]])
+    start = time.perf_counter()
+    rng = np.random.default_rng([cfg.seed, 17])
+    await channel.publish(0)
+    train = await labelled_samples(ctx, ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows)), -1000)
+    held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
+    rows = judge_rows(train, cfg, rng)
+    before = await agreement(ctx, held_out)
+    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples; judge-verifier agreement "
+                       f"on held-out samples {before:.3f} before")
+    tasks = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=cfg.seed + 2)
+    judged = PromptSampler(rows, seed=cfg.seed + 3)
+    half = max(1, judge.warmup_batch_size // 2)
+    steps, block, loss = 0, 50, float("nan")
+    while steps < judge.warmup_steps:
+        n = min(block, judge.warmup_steps - steps)
+        batches = [pa.concat_tables([judged.next(min(half, rows.num_rows)), tasks.next(half)]) for _ in range(n)]
+        loss = await learner.call("sft_steps", batches, judge.warmup_lr, table=False)
+        steps += n
+    await learner.call("end_warmup", table=False)
+    await channel.publish(0)
+    after = await agreement(ctx, held_out)
+    from orchestrator.evaluation import greedy_accuracy
+    accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
+    info = {"judge_warmup/steps": steps, "judge_warmup/examples": rows.num_rows, "judge_warmup/loss": loss,
+            "judge_warmup/agreement_before": before, "judge_warmup/agreement_after": after,
+            "judge_warmup/accuracy_after": accuracy, "judge_warmup/time_s": time.perf_counter() - start}
+    ctx.progress.print(f"judging warm-up: agreement {before:.3f} -> {after:.3f} after {steps} steps; "
+                       f"held-out task accuracy {accuracy:.3f}")
+    path = cache_path(cfg) if cfg.warmup.cache else Path(fallback_dir)
+    await learner.call("save", str(path), False, table=False)
+    (path / MARKER).write_text(json.dumps(info))
+    return {**info, "path": str(path)}

@@ -1,0 +1,284 @@
+"""Self-Rewarding LM (Yuan et al. 2024): the policy samples, judges its own samples, and trains on
+preference pairs it made itself, iteration after iteration — no verifier in the training loop
+(the verifier only measures held-out accuracy).
+
+Per iteration i, starting from model i:
+  1. snapshot model i (the reference of this iteration's loss; saved under iterations/iter_<i>);
+  2. sample `rollout.samples_per_prompt` responses for `iterations.prompts` prompts and judge them
+     with model i (the judge shares the policy's weights: `rewards: [{name: ..., judge: true}]`);
+  3. pair each prompt's best with its worst response (skip ties and gaps below `iterations.margin`);
+     CREAM keeps or weights pairs by the consistency of this and the previous iteration's judgments;
+     anchored rejection takes the rejected response from the initial model's samples;
+  4. train `iterations.epochs` epochs on the pairs (DPO, IPO, SimPO or RAFT), in steps of
+     `iterations.batch_pairs`; future-guided chosen re-draws the chosen responses with the model
+     after the first epoch; then model i+1 starts the next iteration.
+A checkpoint taken inside an iteration holds its pairs, phase and position: a resumed run continues
+the same iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import ray
+
+from actors import batch as B
+from orchestrator.evaluation import greedy_accuracy
+from orchestrator.recipes import Sources
+from orchestrator.roles import RoleSpec
+from pipelines.grpo import GRPO, publish
+
+
+@dataclass
+class PairPiece:
+    table: ray.ObjectRef
+    samples: int
+    info: dict = field(default_factory=dict)
+
+
+def kendall_consistency(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall's tau between two judgments of one group's responses, mapped to [0, 1] (1: same
+    order). Pairs tied in either judgment do not count; no comparable pair gives 0.5."""
+    i, j = np.triu_indices(len(a), k=1)
+    da, db = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
+    valid = (da != 0) & (db != 0) & ~np.isnan(da) & ~np.isnan(db)
+    if not valid.any():
+        return 0.5
+    return float((1 + np.mean(da[valid] * db[valid])) / 2)
+
+
+class IterationSource:
+    """Train batches of self-made preference pairs, iteration by iteration (see the module doc)."""
+
+    def __init__(self, ctx, recipe, state: dict | None = None):
+        state = state or {}
+        self.ctx, self.recipe = ctx, recipe
+        self.cfg = ctx.config.iterations
+        self.iteration = state.get("iteration", 0)
+        self.phase = state.get("phase", "collect")
+        self.epoch, self.position = state.get("epoch", 0), state.get("position", 0)
+        self.counts: Counter = Counter(state.get("counts", {}))
+        self.pairs: pa.Table | None = (state.get("tables") or {}).get("pairs")
+        self.order = self._shuffle() if self.pairs is not None else None
+        self.iteration_info: dict = dict(state.get("iteration_info", {}))
+        self.snapshots = Path(ctx.run_dir) / "iterations"
+
+    def _shuffle(self) -> np.ndarray:
+        rng = np.random.default_rng([self.ctx.config.seed, self.iteration, self.epoch])
+        weights = (self.pairs.column("weight").to_numpy() if "weight" in self.pairs.schema.names
+                   else np.ones(self.pairs.num_rows))
+        # CREAM's weighting as sampling: each epoch draws pairs in proportion to their consistency
+        if self.ctx.config.iterations.cream == "weight" and weights.sum() > 0:
+            return rng.choice(self.pairs.num_rows, self.pairs.num_rows, replace=True, p=weights / weights.sum())
+        return rng.permutation(self.pairs.num_rows)
+
+    def start(self) -> None:
+        pass
+
+    async def take(self) -> list[PairPiece] | None:
+        while not self.ctx.stop_requested:
+            if self.phase == "collect":
+                if self.iteration >= self.cfg.iterations:
+                    return None
+                await self._collect()
+            if self.position >= len(self.order):
+                self.epoch, self.position = self.epoch + 1, 0
+                if self.epoch >= self.cfg.epochs:
+                    self.iteration, self.phase, self.epoch = self.iteration + 1, "collect", 0
+                    continue
+                if self.cfg.future_chosen and self.epoch == 1:
+                    await self._refresh_chosen()
+                self.order = self._shuffle()
+            idx = self.order[self.position:self.position + self.cfg.batch_pairs]
+            self.position += len(idx)
+            self.counts["pairs/consumed"] += len(idx)
+            batch = self.pairs.take(pa.array(idx)).select(["prompt", "chosen", "rejected"])
+            return [PairPiece(ray.put(batch), len(idx), {"iteration": self.iteration, "epoch": self.epoch})]
+        return None
+
+    # ---- collecting pairs ----------------------------------------------------------------------------
+    async def _sample_and_judge(self, prompts: pa.Table, seq0: int) -> pa.Table:
+        ctx = self.ctx
+        gen = ctx.pools["generator"]
+
+        async def one(i, chunk):
+            table, _ = await gen.call("generate", chunk, seq=seq0 + i, versioned=True)
+            judged, _ = await gen.call("judge", table, versioned=True)
+            return judged
+
+        chunks = ctx.split(prompts, max(1, prompts.num_rows // 32))
+        refs = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
+        return B.concat(list(await asyncio.gather(*refs)))
+
+    async def _judge_with(self, table: pa.Table, model_dir: Path) -> np.ndarray:
+        """Judge `table` with an earlier snapshot's weights, then put the current weights back."""
+        gen = self.ctx.pools["generator"]
+        await gen.broadcast("update_weights_from", str(model_dir), gen.version)
+        judged, _ = await gen.call("judge", table)
+        scores = self._scores(await judged)
+        await gen.set_weights(gen.version, gen.weights)
+        return scores
+
+    def _scores(self, table: pa.Table) -> np.ndarray:
+        name = self.ctx.config.judge_rewards()[0].name
+        return table.column(B.REWARD_PREFIX + name).to_numpy(zero_copy_only=False).astype(np.float64)
+
+    async def _collect(self) -> None:
+        from actors.algorithms.pairs import best_worst_pairs
+
+        ctx, cfg = self.ctx, self.cfg
+        learner = ctx.pools["policy_learner"]
+        snapshot = self.snapshots / f"iter_{self.iteration}"
+        await learner.call("snapshot_reference", str(snapshot), table=False)
+        prompts = ctx.sampler.next(cfg.prompts)
+        seq0 = 10_000 * (self.iteration + 1)  # names: iteration-scoped, the same on a resumed run
+        samples = await self._sample_and_judge(prompts, seq0)
+        scores = self._scores(samples)
+        groups = B.group_index(samples)
+        chosen, rejected, stats = best_worst_pairs(groups, scores, margin=cfg.margin)
+        rejected_text = samples.column("response").take(pa.array(rejected, pa.int64())).to_pylist()
+        if cfg.anchored_rejection:  # the worst of the initial model's samples, judged by model i
+            anchor = await self._anchor_samples(prompts, seq0 + 5_000)
+            a_scores, a_groups = self._scores(anchor), B.group_index(anchor)
+            worst = {}
+            for row in np.argsort(a_scores, kind="stable"):  # NaN sorts last: never the worst
+                if not np.isnan(a_scores[row]):
+                    worst.setdefault(anchor.column("prompt")[int(row)].as_py(), int(row))
+            for k, row in enumerate(chosen):
+                prompt = samples.column("prompt")[int(row)].as_py()
+                if prompt in worst:
+                    rejected_text[k] = anchor.column("response")[worst[prompt]].as_py()
+        weight = np.ones(len(chosen))
+        if cfg.cream != "none" and self.iteration > 0:
+            previous = await self._judge_with(samples, self.snapshots / f"iter_{self.iteration - 1}")
+            consistency = {g: kendall_consistency(scores[groups == g], previous[groups == g]) for g in np.unique(groups)}
+            weight = np.array([consistency[groups[c]] for c in chosen])
+            if cfg.cream == "filter":
+                keep = weight >= cfg.cream_threshold
+                chosen, rejected_text, weight = chosen[keep], [r for r, k in zip(rejected_text, keep) if k], weight[keep]
+                stats["skipped_inconsistent"] = int((~keep).sum())
+        take = lambda col, idx: samples.column(col).take(pa.array(idx, pa.int64())).to_pylist()  # noqa: E731
+        self.pairs = B.pair_table(take("prompt", chosen), take("response", chosen), rejected_text,
+                                  extra={"weight": pa.array(weight, pa.float64()),
+                                         "chosen_score": pa.array(scores[chosen]),
+                                         "rejected_score": pa.array(scores[rejected])})
+        self.iteration_info = {f"iter/{k}": v for k, v in stats.items()}
+        valid = scores[~np.isnan(scores)]
+        self.iteration_info.update({"iter/index": self.iteration, "iter/judge_mean": float(valid.mean()) if len(valid) else None,
+                                    "iter/judge_errors": int(np.isnan(scores).sum()),
+                                    "iter/margin_mean": float(np.mean(scores[chosen] - scores[rejected])) if len(chosen) else None})
+        self.counts["samples/dispatched"] += samples.num_rows
+        self.phase, self.epoch, self.position = "train", 0, 0
+        if self.pairs.num_rows == 0:
+            ctx.progress.print(f"iteration {self.iteration}: no pairs (all groups tied or below the margin)")
+            self.iteration, self.phase = self.iteration + 1, "collect"
+            return
+        self.order = self._shuffle()
+        ctx.progress.print(f"iteration {self.iteration}: {self.pairs.num_rows} pairs from {cfg.prompts} prompts "
+                           f"(skipped: {stats['skipped_tie']} tied, {stats['skipped_margin']} below margin, "
+                           f"{stats['skipped_unscored']} unscored)")
+
+    async def _anchor_samples(self, prompts: pa.Table, seq0: int) -> pa.Table:
+        """Samples of the initial model (iteration 0's snapshot), judged by the current model."""
+        gen = self.ctx.pools["generator"]
+        await gen.broadcast("update_weights_from", str(self.snapshots / "iter_0"), gen.version)
+
+        async def one(i, chunk):
+            table, _ = await gen.call("generate", chunk, seq=seq0 + i)
+            return table
+
+        chunks = self.ctx.split(prompts, max(1, prompts.num_rows // 32))
+        tables = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
+        await gen.set_weights(gen.version, gen.weights)
+        judged = await asyncio.gather(*[gen.call("judge", t) for t in tables])
+        return B.concat(list(await asyncio.gather(*[t for t, _ in judged])))
+
+    async def _refresh_chosen(self) -> None:
+        """Future-guided chosen: re-draw each pair's chosen response with the model after epoch 1
+        (the best of its new samples by the current judge), keeping the rejected one."""
+        prompts = pa.table({"prompt_id": self.pairs.column("prompt"), "prompt": self.pairs.column("prompt")})
+        fresh = await self._sample_and_judge(prompts, 10_000 * (self.iteration + 1) + 7_000)
+        scores, groups = self._scores(fresh), B.group_index(fresh)
+        best = {}
+        for g in np.unique(groups):
+            rows = np.nonzero(groups == g)[0]
+            ok = rows[~np.isnan(scores[rows])]
+            if len(ok):
+                best[fresh.column("prompt")[int(rows[0])].as_py()] = fresh.column("response")[int(ok[np.argmax(scores[ok])])].as_py()
+        chosen = [best.get(p, c) for p, c in zip(self.pairs.column("prompt").to_pylist(),
+                                                 self.pairs.column("chosen").to_pylist())]
+        self.pairs = B.replace_column(self.pairs, "chosen", pa.array(chosen, pa.string()))
+        self.iteration_info["iter/chosen_refreshed"] = len(best)
+
+    # ---- bookkeeping --------------------------------------------------------------------------------
+    def trained_batch(self) -> None:
+        pass
+
+    def interrupt(self) -> None:
+        pass
+
+    def accounting(self) -> dict:
+        return {**self.counts, "iter/index": self.iteration}
+
+    async def snapshot(self) -> dict:
+        return {"iteration": self.iteration, "phase": self.phase, "epoch": self.epoch, "position": self.position,
+                "counts": dict(self.counts), "iteration_info": self.iteration_info, "pieces": [],
+                "tables": {"pairs": self.pairs} if self.pairs is not None and self.phase == "train" else {}}
+
+    async def stop(self) -> None:
+        pass
+
+
+class SelfRewarding(GRPO):
+    name = "self_rewarding"
+
+    @classmethod
+    def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
+        if not config.judge_rewards():
+            raise ValueError("recipe self_rewarding needs a judge reward source, e.g. rewards: "
+                             "[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]")
+        roles = super().roles(config, sources)
+        roles.pop("judge", None)  # the generators judge: one pool holds each iteration's weights
+        return roles
+
+    def make_source(self, ctx, state):
+        self.source = IterationSource(ctx, self, state)
+        return self.source
+
+    async def score_piece(self, ctx, table):  # pairs are built by the source, not scored per piece
+        return table, {}
+
+    async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
+        cfg = ctx.config.iterations
+        params = {} if cfg.loss == "raft" else {"tau": cfg.beta} if cfg.loss == "ipo" else {"beta": cfg.beta}
+        metrics = await ctx.pools["policy_learner"].call("train_preference", *tables, loss=cfg.loss, params=params,
+                                                         table=False)
+        await publish(ctx, "policy", metrics["version"])
+        return {**metrics, **self.source.iteration_info, "iter/epoch": self.source.epoch}
+
+    async def evaluate(self, ctx) -> dict:
+        """Held-out accuracy (the verifier, never trained on), the judge's score of the same greedy
+        responses, and their agreement; a falling accuracy under a rising judge score is flagged as
+        reward hacking."""
+        out = await greedy_accuracy(ctx)
+        gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
+        table, _ = await gen.call("generate", ctx.prompts.eval, greedy=True, versioned=True)
+        judged, _ = await gen.call("judge", table, versioned=True)
+        scored, _ = await ver.call("score", judged)
+        scored = await scored
+        judge = scored.column(B.REWARD_PREFIX + ctx.config.judge_rewards()[0].name).to_numpy(zero_copy_only=False)
+        label = scored.column(B.REWARD_PREFIX + ctx.config.accuracy_source()).to_numpy(zero_copy_only=False)
+        ok = ~np.isnan(judge) & ~np.isnan(label)
+        out["eval/judge_score"] = float(np.mean(judge[ok])) if ok.any() else None
+        out["eval/judge_agreement"] = float(np.mean((judge[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None
+        previous = getattr(self, "_last_eval", None)
+        if previous and out["eval/judge_score"] is not None and previous.get("eval/judge_score") is not None:
+            out["eval/hacking"] = float(out["eval/judge_score"] > previous["eval/judge_score"]
+                                        and out["eval/accuracy"] < previous["eval/accuracy"])
+        self._last_eval = out
+        return out
