@@ -86,6 +86,7 @@ class Verifier:
             info[f"errors/{spec.name}"] = sum(e is not None for e in errors[spec.name])
             spent = after.get(spec.name, {}).get("seconds", 0.0) - before.get(spec.name, {}).get("seconds", 0.0)
             info[f"seconds/{spec.name}"] = spent  # time the source's function ran, summed over items
+        table = self._scored_details(table, slots, results)  # reasons, VeRPO weights: see below
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
 
@@ -110,6 +111,43 @@ class Verifier:
 
     def close(self) -> None:
         self.sandbox.close()
+
+    # ---- hook: results with a reason and details (actors.rewards.code) -----------------------------
+    # A sample function may return {"value", "reason", "details"} (the pool gives a sandbox.Scored
+    # float). Its reasons go to `reward_reason.<source>` (why a sample lost marks, e.g. which test
+    # failed and how; null where none). Samples whose details carry "verpo" (code_tests in mode
+    # verpo) get VeRPO's difficulty-weighted pass sum instead of their value: the per-(prompt_id,
+    # test) pass counts live in self.state["verpo"][source], so they are checkpointed with the run.
+    def _scored_details(self, table: pa.Table, slots: list, results: list) -> pa.Table:
+        from actors.rewards.code import verpo_rewards
+        from actors.rewards.sandbox import Scored
+
+        reasons: dict[str, list] = {}
+        verpo: dict[str, list] = {}
+        for (source, idx), (value, error) in zip(slots, results):
+            if error is not None or not isinstance(value, Scored) or len(idx) != 1:
+                continue
+            i = int(idx[0])
+            reasons.setdefault(source, [None] * table.num_rows)[i] = value.reason
+            details = value.details if isinstance(value.details, dict) else {}
+            if isinstance(details.get("verpo"), dict) and isinstance(details.get("passed"), list):
+                verpo.setdefault(source, []).append((i, details))
+        if verpo:
+            prompt_ids = table.column("prompt_id").to_pylist()
+            state = dict(self.state.get("verpo", {}))
+            for source, rows in verpo.items():
+                state[source], rewards = verpo_rewards(state.get(source, {}),
+                                                       [(prompt_ids[i], d) for i, d in rows])
+                name = B.REWARD_PREFIX + source
+                v = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+                for (i, _), reward in zip(rows, rewards):
+                    if reward is not None:  # None: malformed details, the sample keeps its value
+                        v[i] = reward
+                table = B.replace_column(table, name, pa.array(v, pa.float32(), mask=np.isnan(v)))
+            self.state = {**self.state, "verpo": state}
+        for source, why in reasons.items():
+            table = B.replace_column(table, "reward_reason." + source, pa.array(why, pa.string()))
+        return table
 
 
 VerifierActor = ray.remote(Verifier)

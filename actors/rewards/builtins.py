@@ -7,8 +7,10 @@ By theme (each function's docstring has its arguments and a one-line YAML exampl
 - maths.py: math_verify (symbolic equivalence, last \\boxed{} answer)
 - structured.py: json_schema, iou
 - similarity.py: bmas, embedding_cosine (small sentence encoder, loaded on first use)
+- code.py: code_tests (unit tests in sandboxed subprocesses: pass fraction, all-pass or VeRPO)
 """
 
+from actors.rewards.code import code_tests  # noqa: F401
 from actors.rewards.maths import last_boxed, math_equivalence  # noqa: F401
 from actors.rewards.similarity import bmas, embedding_cosine  # noqa: F401
 from actors.rewards.structured import iou, json_schema  # noqa: F401

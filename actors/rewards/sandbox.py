@@ -46,7 +46,7 @@ from collections import deque
 from pathlib import Path
 
 from actors.rewards import limits
-from actors.rewards.worker import MAX_ERROR, encode_frame
+from actors.rewards.worker import MAX_ERROR, Scored, encode_frame  # noqa: F401 (Scored: re-exported)
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0  # zygote: Python start-up plus importing the reward functions
@@ -743,7 +743,7 @@ class RewardPool:
                 return None
             return bad
         seq, keys = msg["s"], set(msg) - {"s", "bye"}
-        if type(seq) is not int or keys not in ({"v"}, {"e"}) or msg.get("bye", 1) != 1:
+        if type(seq) is not int or keys not in ({"v"}, {"e"}, {"v", "x"}) or msg.get("bye", 1) != 1:
             return bad
         latency = None
         if w.queue and w.queue[0] == seq:
@@ -770,8 +770,14 @@ class RewardPool:
             if not _finite(value):
                 return bad
             value = float(value)
+            if "x" in msg:  # a reason and details (worker._detailed)
+                x = msg["x"]
+                if not isinstance(x, dict) or set(x) - {"reason", "details"} or \
+                        not isinstance(x.get("reason", ""), str):
+                    return bad
+                value = Scored(value, x["reason"][:MAX_ERROR] if "reason" in x else None, x.get("details"))
         else:
-            if not isinstance(value, list) or len(value) != n or not all(map(_finite, value)):
+            if "x" in msg or not isinstance(value, list) or len(value) != n or not all(map(_finite, value)):
                 return bad
             value = [float(v) for v in value]
         self._resolve(b, idx, value, None, now, True, latency)

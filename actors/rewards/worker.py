@@ -11,10 +11,12 @@ sends back is a JSON object; it exits, killing its workers, when the pool closes
 A worker isolates itself (actors.rewards.limits), then reads tasks on fd 3: length-prefixed
 pickles ("items", [(seq, source, kwargs), ...]) or ("drop", seq) (forget queued items after seq:
 the pool gave them to another worker; answered {"dropped": 1}, so the pool knows the worker is
-not busy with any of them). For each item, in order, it writes one JSON line on fd 4:
-{"s": seq, "v": value} or {"s": seq, "e": "why"}. Its stdin, stdout and stderr are /dev/null, so
-whatever user code prints (from Python or straight to fd 1 or 2) cannot reach the channel, fill
-memory or block. The pool only parses and validates these lines; it never unpickles them.
+not busy with any of them). For each item, in order, it writes one JSON line on fd 4: {"s": seq,
+"v": value} or {"s": seq, "e": "why"} ({"s": seq, "v": value, "x": {"reason": ..., "details": ...}}
+for a sample function that returns a Scored float or {"value", "reason", "details"}: a reward with
+what it says about the sample). Its stdin, stdout and stderr are /dev/null, so whatever user code
+prints (from Python or straight to fd 1 or 2) cannot reach the channel, fill memory or block. The
+pool only parses and validates these lines; it never unpickles them.
 """
 
 from __future__ import annotations
@@ -70,6 +72,54 @@ def _number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
+class Scored(float):
+    """A sample reward with a `reason` (text: why it is not full marks, say) and `details` (JSON
+    data, e.g. the per-test passes the Verifier turns into VeRPO weights). It is the float it holds,
+    so a function returning one can be called directly too. A function may also return the dict
+    {"value", "reason", "details"}; the pool hands back a Scored either way."""
+
+    def __new__(cls, value: float, reason: str | None = None, details=None):
+        self = super().__new__(cls, value)
+        self.reason, self.details = reason, details
+        return self
+
+    def __reduce__(self):
+        return Scored, (float(self), self.reason, self.details)
+
+    def __repr__(self):
+        return f"Scored({float(self)!r}, reason={self.reason!r}, details={self.details!r})"
+
+
+MAX_DETAILS = 1 << 16  # bytes of a detailed result's `details`, as JSON
+DETAIL_HINT = ('a reward with details is {"value": finite number, "reason": text or None, '
+               '"details": JSON-able data or None}')
+
+
+def _detailed(value: dict) -> tuple[dict | None, str | None]:
+    """A sample reward returned as a dict: ({"v": number, "x": {"reason", "details"}}, None) or
+    (None, why it is refused). The pool rebuilds it as a `sandbox.Scored` float."""
+    if "value" not in value or set(value) - {"value", "reason", "details"}:
+        return None, f"returned {_short(value)}; {DETAIL_HINT}"
+    number = _number(value["value"])
+    if number is None:
+        return None, f"returned value {_short(value['value'])}; {DETAIL_HINT}"
+    extra = {}
+    reason = value.get("reason")
+    if reason is not None:
+        if not isinstance(reason, str):
+            return None, f"returned reason {_short(reason)}; {DETAIL_HINT}"
+        extra["reason"] = reason[:MAX_ERROR].encode("utf-8", "replace").decode("utf-8")
+    if value.get("details") is not None:
+        try:
+            size = len(json.dumps(value["details"], allow_nan=False))
+        except (TypeError, ValueError, RecursionError) as e:
+            return None, f"returned details that are not JSON ({type(e).__name__}: {e}); {DETAIL_HINT}"
+        if size > MAX_DETAILS:
+            return None, f"returned {size:,} bytes of details, over {MAX_DETAILS:,}; {DETAIL_HINT}"
+        extra["details"] = value["details"]
+    return {"v": number, "x": extra}, None
+
+
 def _group_values(value, n: int) -> tuple[list[float] | None, str | None]:
     hint = f"a group reward must return a list of {n} finite numbers, one per response"
     if isinstance(value, (str, bytes, dict)) or not (hasattr(value, "__len__") and hasattr(value, "__iter__")):
@@ -117,6 +167,12 @@ def call(fn, scope: str, kwargs: dict, lim: Limits, me: int) -> tuple[object, st
     if error is None:
         if scope == "group":
             value, error = _group_values(value, len(kwargs.get("responses") or ()))
+        elif isinstance(value, float) and hasattr(value, "details"):  # a Scored (of any copy of this
+            # module: the zygote runs it as __main__): a value with a reason and details
+            value, error = _detailed({"value": float(value), "reason": getattr(value, "reason", None),
+                                      "details": value.details})
+        elif isinstance(value, dict):
+            value, error = _detailed(value)
         else:
             number = _number(value)
             value, error = number, (None if number is not None
@@ -165,6 +221,8 @@ def reply_line(seq: int, value, error: str | None, recycle: bool) -> bytes:
         return (json.dumps({"s": seq, "e": error[:MAX_ERROR]})[:-1] + bye + "}\n").encode()
     if isinstance(value, list):
         return f'{{"s":{seq},"v":[{",".join(map(repr, value))}]{bye}}}\n'.encode()
+    if isinstance(value, dict):  # {"v": number, "x": {...}} from _detailed
+        return (json.dumps({"s": seq, **value}, allow_nan=False)[:-1] + bye + "}\n").encode()
     return f'{{"s":{seq},"v":{value!r}{bye}}}\n'.encode()  # repr of a finite float is valid JSON
 
 
