@@ -240,6 +240,9 @@ class JudgeConfig(Section):
     warmup_steps: int = Field(0, ge=0)
     warmup_lr: float = Field(1e-3, gt=0)
     warmup_batch_size: int = Field(128, gt=0)
+    # share of each judging warm-up batch that repeats the task's own SFT data (keeps its skill;
+    # 0 leaves the task to the self-rewarding loop alone)
+    warmup_task_fraction: float = Field(0.0, ge=0, lt=1)
 
     @field_validator("template")
     @classmethod

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 
 async def greedy_accuracy(ctx, prompts=None) -> dict[str, float]:
     """Greedy accuracy on the held-out split, spread over the generator replicas."""
@@ -21,3 +23,23 @@ async def greedy_accuracy(ctx, prompts=None) -> dict[str, float]:
     for key in sorted({k for r in results for k in r if k.startswith("errors/")}):
         out[f"eval/{key}"] = sum(r.get(key, 0) for r in results)
     return out
+
+
+def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
+    """Area under the ROC curve of `scores` for the boolean labels `positive` (Mann-Whitney U with
+    average ranks for ties): 0.5 is chance, 1 a perfect separation. None without both classes."""
+    scores, positive = np.asarray(scores, dtype=np.float64), np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    sorted_scores = scores[order]
+    i = 0
+    while i < len(scores):  # average ranks over ties
+        j = i
+        while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

@@ -1,8 +1,8 @@
 """The judging warm-up: a small model cannot judge out of the box, so before a self-rewarding run
 the warm policy is fine-tuned to answer the judge prompt — `judge.yes` for responses the verifier
-marks correct, `judge.no` for wrong ones — on its own samples of the training prompts, mixed 1:1
-with the task's SFT data so it keeps its skill (Self-Rewarding LM's evaluation fine-tuning, with
-verifier labels standing in for human ones). Judge-verifier agreement on held-out samples is
+marks correct, `judge.no` for wrong ones — on its own samples of the training prompts, optionally
+mixed with the task's SFT data (`judge.warmup_task_fraction`) (Self-Rewarding LM's evaluation
+fine-tuning, with verifier labels standing in for human ones). Judge-verifier agreement on held-out samples is
 measured before and after. Cached like the SFT warm-up; the verifier is used only here and for
 held-out accuracy, never in the self-rewarding training loop."""
 
@@ -68,8 +68,12 @@ def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
                      "answer": [config.judge.yes if label[i] >= 0.5 else config.judge.no for i in idx]})
 
 
-async def agreement(ctx, held_out: pa.Table) -> float:
-    """How often the judge (P(yes) > 0.5) agrees with the verifier on held-out samples."""
+async def agreement(ctx, held_out: pa.Table) -> tuple[float, float | None]:
+    """How often the judge (P(yes) > 0.5) agrees with the verifier on held-out samples, and the
+    AUROC of its score against the verifier's labels (agreement alone flatters a judge that says
+    "no" to everything when most samples are wrong)."""
+    from orchestrator.evaluation import auroc
+
     judge = ctx.pools["generator"]
     table, _ = await judge.call("judge", held_out, versioned=True)
     table = await table
@@ -77,7 +81,8 @@ async def agreement(ctx, held_out: pa.Table) -> float:
     score = table.column(B.REWARD_PREFIX + name).to_numpy(zero_copy_only=False)
     label = table.column(B.REWARD_PREFIX + ctx.config.accuracy_source()).to_numpy(zero_copy_only=False)
     ok = ~np.isnan(score) & ~np.isnan(label)
-    return float(np.mean((score[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else float("nan")
+    agree = float(np.mean((score[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else float("nan")
+    return agree, auroc(score[ok], label[ok] >= 0.5)
 
 
 async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
@@ -90,29 +95,35 @@ async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
     train = await labelled_samples(ctx, ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows)), -1000)
     held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
     rows = judge_rows(train, cfg, rng)
-    before = await agreement(ctx, held_out)
-    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples; judge-verifier agreement "
-                       f"on held-out samples {before:.3f} before")
+    before, auc_before = await agreement(ctx, held_out)
+    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples; on held-out samples the "
+                       f"judge agrees with the verifier {before:.3f} (AUROC {_fmt(auc_before)}) before")
     tasks = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=cfg.seed + 2)
     judged = PromptSampler(rows, seed=cfg.seed + 3)
-    half = max(1, judge.warmup_batch_size // 2)
+    n_task = int(judge.warmup_batch_size * judge.warmup_task_fraction)
+    n_judge = min(judge.warmup_batch_size - n_task, rows.num_rows)
     steps, block, loss = 0, 50, float("nan")
     while steps < judge.warmup_steps:
         n = min(block, judge.warmup_steps - steps)
-        batches = [pa.concat_tables([judged.next(min(half, rows.num_rows)), tasks.next(half)]) for _ in range(n)]
+        batches = [pa.concat_tables([judged.next(n_judge)] + ([tasks.next(n_task)] if n_task else [])) for _ in range(n)]
         loss = await learner.call("sft_steps", batches, judge.warmup_lr, table=False)
         steps += n
     await learner.call("end_warmup", table=False)
     await channel.publish(0)
-    after = await agreement(ctx, held_out)
+    after, auc_after = await agreement(ctx, held_out)
     from orchestrator.evaluation import greedy_accuracy
     accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
     info = {"judge_warmup/steps": steps, "judge_warmup/examples": rows.num_rows, "judge_warmup/loss": loss,
             "judge_warmup/agreement_before": before, "judge_warmup/agreement_after": after,
+            "judge_warmup/auroc_before": auc_before, "judge_warmup/auroc_after": auc_after,
             "judge_warmup/accuracy_after": accuracy, "judge_warmup/time_s": time.perf_counter() - start}
-    ctx.progress.print(f"judging warm-up: agreement {before:.3f} -> {after:.3f} after {steps} steps; "
-                       f"held-out task accuracy {accuracy:.3f}")
+    ctx.progress.print(f"judging warm-up: agreement {before:.3f} -> {after:.3f}, AUROC {_fmt(auc_before)} -> "
+                       f"{_fmt(auc_after)} after {steps} steps; held-out task accuracy {accuracy:.3f}")
     path = cache_path(cfg) if cfg.warmup.cache else Path(fallback_dir)
     await learner.call("save", str(path), False, table=False)
     (path / MARKER).write_text(json.dumps(info))
     return {**info, "path": str(path)}
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.3f}"

@@ -28,7 +28,7 @@ import pyarrow as pa
 import ray
 
 from actors import batch as B
-from orchestrator.evaluation import greedy_accuracy
+from orchestrator.evaluation import auroc, greedy_accuracy
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
@@ -160,7 +160,8 @@ class IterationSource:
             weight = np.array([consistency[groups[c]] for c in chosen])
             if cfg.cream == "filter":
                 keep = weight >= cfg.cream_threshold
-                chosen, rejected_text, weight = chosen[keep], [r for r, k in zip(rejected_text, keep) if k], weight[keep]
+                chosen, rejected, weight = chosen[keep], rejected[keep], weight[keep]
+                rejected_text = [r for r, k in zip(rejected_text, keep) if k]
                 stats["skipped_inconsistent"] = int((~keep).sum())
         take = lambda col, idx: samples.column(col).take(pa.array(idx, pa.int64())).to_pylist()  # noqa: E731
         self.pairs = B.pair_table(take("prompt", chosen), take("response", chosen), rejected_text,
@@ -276,6 +277,7 @@ class SelfRewarding(GRPO):
         ok = ~np.isnan(judge) & ~np.isnan(label)
         out["eval/judge_score"] = float(np.mean(judge[ok])) if ok.any() else None
         out["eval/judge_agreement"] = float(np.mean((judge[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None
+        out["eval/judge_auroc"] = auroc(judge[ok], label[ok] >= 0.5)
         previous = getattr(self, "_last_eval", None)
         if previous and out["eval/judge_score"] is not None and previous.get("eval/judge_score") is not None:
             out["eval/hacking"] = float(out["eval/judge_score"] > previous["eval/judge_score"]

@@ -355,6 +355,7 @@ def test_numpy_encoder_matches_transformers():
 # ---- bad input: every function, the same four cases -------------------------------------------------
 # (function name, extra kwargs that make a valid call, the reference column it needs or None)
 CASES = [
+    ("code_tests", {"tests": ["assert True"]}, "tests"),
     ("exact_match", {"answer": "42"}, "answer"),
     ("normalized_match", {"answer": "42"}, "answer"),
     ("integer_match", {"answer": "42"}, "answer"),
@@ -409,7 +410,7 @@ def test_missing_column_error_lists_the_row():
 ENORMOUS = {"exact_match": 0.0, "normalized_match": 0.0, "integer_match": 0.0, "math_verify": 0.0,
             "multiple_choice": 0.0, "format_reward": 0.0, "overlong_penalty": -1.0,
             "length_penalty": -1.0, "regex_match": "max_chars", "json_schema": "max_chars",
-            "iou": "max_chars", "bmas": float, "embedding_cosine": float}
+            "iou": "max_chars", "bmas": float, "embedding_cosine": float, "code_tests": "max_chars"}
 
 
 @pytest.mark.parametrize("name, kwargs, _", CASES, ids=[c[0] for c in CASES])
