@@ -306,15 +306,32 @@ class Learner(Trainable):
         """Several warm-up steps in one call (fewer round trips); returns the last loss."""
         return [self.sft_step(b, lr) for b in batches][-1]["warmup/loss"]
 
+    def _answer_sequences(self, prompts: pa.Table):
+        """The prompts with their reference answers (+ EOS) as responses, as padded tensors."""
+        answers = [str(a) for a in prompts.column("answer").to_pylist()]
+        table = pa.table({"prompt_ids": self._tokenize(prompts.column("prompt").to_pylist()),
+                          "response_ids": self._tokenize(answers, eos=True)})
+        return self._sequences(table)
+
+    @torch.no_grad()
+    def answer_accuracy(self, prompts: pa.Table) -> float:
+        """The fraction of prompts whose reference answer + EOS greedy decoding would produce exactly:
+        every answer token is the argmax given the ones before it (one teacher-forced forward pass,
+        no generation). A lower bound on the verifier's greedy accuracy for answer-matching rewards,
+        so the warm-up can watch its target cheaply and confirm it with a real evaluation."""
+        self.model.eval()
+        ids, mask, positions, r_ids, r_mask, p_width = self._answer_sequences(prompts)
+        logits = self._response_logits(self.model, ids, mask, positions, p_width)
+        right = (logits.argmax(-1).cpu() == r_ids) | ~r_mask
+        self.model.train()
+        return float(right.all(dim=1).float().mean())
+
     def sft_step(self, prompts: pa.Table, lr: float) -> dict[str, float]:
         """Cross-entropy on the reference answers (+ EOS) given the prompts; prompt tokens masked."""
         if getattr(self, "_sft_lr", None) != lr:
             self._sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
             self._sft_lr = lr
-        answers = [str(a) for a in prompts.column("answer").to_pylist()]
-        table = pa.table({"prompt_ids": self._tokenize(prompts.column("prompt").to_pylist()),
-                          "response_ids": self._tokenize(answers, eos=True)})
-        ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
+        ids, mask, positions, r_ids, r_mask, p_width = self._answer_sequences(prompts)
         logp = self._token_logprobs(self.model, ids, mask, positions, r_ids, p_width)
         m = r_mask.to(self.device).float()
         loss = -(logp * m).sum() / m.sum()

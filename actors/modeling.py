@@ -30,7 +30,7 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "qwen2", hidden_size: int = 128,
                num_layers: int = 4, num_heads: int = 4, num_kv_heads: int = 2,
                intermediate_size: int = 512, max_position_embeddings: int = 256,
-               seed: int = 0) -> torch.nn.Module:
+               init_std: float = 0.02, seed: int = 0) -> torch.nn.Module:
     """A small Qwen2- or Llama-style causal LM initialised from scratch."""
     common: dict[str, Any] = dict(
         vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
@@ -38,6 +38,7 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "qwen2", hidden_s
         intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+        initializer_range=init_std,
     )
     config = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch](**common)
     torch.manual_seed(seed)
@@ -67,7 +68,7 @@ def build(model_cfg: Any, seed: int) -> tuple[torch.nn.Module, PreTrainedTokeniz
     t = model_cfg.tiny
     model = tiny_model(tok, arch=t.arch, hidden_size=t.hidden_size, num_layers=t.num_layers,
                        num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
-                       intermediate_size=t.intermediate_size, seed=seed)
+                       intermediate_size=t.intermediate_size, init_std=t.init_std, seed=seed)
     return model, tok
 
 

@@ -35,6 +35,10 @@ class TinyModelConfig(Section):
     num_heads: int = Field(4, gt=0)
     num_kv_heads: int = Field(2, gt=0)
     intermediate_size: int = Field(512, gt=0)
+    # Weight-init std. HF's 0.02 is a large-model default: at hidden 128 the warm-up sits for
+    # hundreds of steps on a plateau whose length depends on the seed; about 1/sqrt(hidden) does not
+    # (benchmarks/warmup_sweep.py).
+    init_std: float = Field(0.08, gt=0)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "TinyModelConfig":

@@ -22,6 +22,7 @@ from actors.registry import import_path
 
 log = logging.getLogger("coevo")
 ACTOR_ERRORS = (ray.exceptions.RayActorError,)  # died, or unreachable while restarting
+REVIVE_TIMEOUT_S = 300.0  # a replica that stays unreachable this long counts as dead
 
 
 @dataclass
@@ -59,14 +60,20 @@ class Replica:
     reviving: asyncio.Task | None = field(default=None, repr=False)
 
 
-def resolve(spec: RoleSpec, override) -> RoleSpec:
-    """Apply the fields a user set in `roles.<name>` on top of the recipe's defaults."""
-    if override is None:
-        return spec
-    values = {k: getattr(override, k) for k in override.model_fields_set}
+def resolve(spec: RoleSpec, override, config=None) -> RoleSpec:
+    """Apply the fields a user set in `roles.<name>` on top of the recipe's defaults, and pick the
+    torch threads of each replica: `roles.<name>.threads`, else `train.threads`, else all the node's
+    cores when stages take turns (strict on-policy), else as many as the role's CPUs (async stages
+    run at once: on 2 cores, a generator and a learner with 2 threads each ran 5x slower than with
+    one each, their spinning OpenMP threads starving each other)."""
+    values = {k: getattr(override, k) for k in override.model_fields_set} if override is not None else {}
     if spec.learner:
         values.pop("max_restarts", None)  # a learner's state lives in it: resume from a checkpoint
-    return RoleSpec(**{**spec.__dict__, **values})
+    spec = RoleSpec(**{**spec.__dict__, **values})
+    if not spec.threads and config is not None:
+        overlapping = config.train.max_staleness > 0
+        spec.threads = config.train.threads or (max(1, int(spec.num_cpus)) if overlapping else 0)
+    return spec
 
 
 class Pool:
@@ -163,7 +170,15 @@ class Pool:
 
     async def _revive(self, rep: Replica) -> None:
         try:
-            await rep.handle.ping.remote()  # waits while Ray restarts the actor
+            deadline = time.monotonic() + REVIVE_TIMEOUT_S
+            while True:  # "unavailable" while Ray restarts it; "died" once its restarts are used up
+                try:
+                    await rep.handle.ping.remote()
+                    break
+                except ray.exceptions.ActorUnavailableError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.2)
             if self.weights is not None:
                 version = self.version
                 await rep.handle.update_weights.remote(version, self.weights)
@@ -232,4 +247,5 @@ def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
 
 
 def build_pools(recipe_roles: dict[str, RoleSpec], config) -> dict[str, Pool]:
-    return {name: Pool(name, resolve(spec, config.roles.get(name)), config) for name, spec in recipe_roles.items()}
+    return {name: Pool(name, resolve(spec, config.roles.get(name), config), config)
+            for name, spec in recipe_roles.items()}

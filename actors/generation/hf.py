@@ -8,7 +8,7 @@ from transformers import GenerationConfig, LogitsProcessorList
 
 from actors.generation import BACKENDS
 from actors.generation.base import Samples
-from actors.sampling import SamplingWarper, unsupported_settings
+from actors.sampling import SamplingWarper, processed_logits, unsupported_settings
 from actors.weights import load_state
 
 
@@ -29,6 +29,55 @@ class HFBackend:
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, greedy: bool = False) -> Samples:
+        """n samples per prompt. Each prompt is run once and its key/value cache shared by its n
+        samples (GRPO samples 8 or more per prompt: most of the prefill is shared); then a plain
+        decoding loop samples from exactly the distribution `actors.sampling` describes."""
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        mask = enc["attention_mask"]
+        prompt_ids = [row[m.bool()].numpy().astype(np.int32) for row, m in zip(enc["input_ids"], mask)]
+        dev, model = self.device, self.model
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=enc["input_ids"].to(dev), attention_mask=mask.to(dev),
+                    position_ids=positions.to(dev), use_cache=True)
+        cache = out.past_key_values
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        logits = out.logits[:, -1].repeat_interleave(n, dim=0)
+        mask = mask.repeat_interleave(n, dim=0).to(dev)
+        position = positions[:, -1:].repeat_interleave(n, dim=0).to(dev) + 1
+        eos = torch.tensor(self.eos_ids, device=dev)
+        finished = torch.zeros(len(logits), dtype=torch.bool, device=dev)
+        tokens, logprobs = [], []
+        for step in range(max_new_tokens):
+            x = logits.float() if greedy else processed_logits(logits.float(), temperature, top_k, top_p)
+            token = x.argmax(-1) if greedy else torch.multinomial(torch.softmax(x, dim=-1), 1).squeeze(1)
+            logprobs.append(torch.log_softmax(x, dim=-1).gather(-1, token[:, None]).squeeze(1))
+            token = torch.where(finished, self.tokenizer.pad_token_id, token)
+            tokens.append(token)
+            finished |= torch.isin(token, eos)
+            if finished.all() or step == max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position,
+                           past_key_values=cache, use_cache=True).logits[:, -1]
+            position = position + 1
+        tokens, logprobs = torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
+        is_eos = torch.isin(tokens, eos)
+        has_eos = is_eos.any(dim=1)
+        lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, tokens.shape[1])
+        keep = torch.arange(tokens.shape[1], device=dev)[None, :] < lengths[:, None]
+        return Samples(
+            prompt_ids=prompt_ids,
+            response_ids=tokens[keep].cpu().numpy().astype(np.int32),
+            response_lengths=lengths.cpu().numpy().astype(np.int64),
+            logprobs=logprobs[keep].cpu().numpy().astype(np.float32),
+            finish_reason=["stop" if e else "length" for e in has_eos.tolist()],
+        )
+
+    @torch.no_grad()
+    def generate_hf(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
+                    top_p: float = 1.0, top_k: int = 0, greedy: bool = False) -> Samples:
+        """The same through transformers' `generate` (kept to check the loop above against it)."""
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         mask = enc["attention_mask"]
         prompt_ids = [row[m.bool()].numpy().astype(np.int32) for row, m in zip(enc["input_ids"], mask)]
