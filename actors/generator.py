@@ -33,6 +33,12 @@ class Generator:
         self.config = config.rollout
         self.judge_config = config.judge
         self.judges = [r.name for r in config.judge_rewards()]
+        self.laser = config.laser
+        self.lasers = [r.name for r in config.laser_rewards()]
+        self.laser_token = None
+        if self.lasers:
+            from actors.judging import single_token
+            self.laser_token = single_token(tokenizer, config.laser.token, "laser.token")
         self.seed = config.seed
         self.version = 0
         self.replica = replica
@@ -70,16 +76,22 @@ class Generator:
             import torch
             torch.manual_seed(hash((self.seed, seq)) % 2**63)
         texts = prompts.column("prompt").to_pylist()
+        extra = {"next_token": self.laser_token} if self.laser_token is not None else {}
         out = self.backend.generate(texts, n=n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                    top_p=cfg.top_p, top_k=cfg.top_k, greedy=greedy)
+                                    top_p=cfg.top_p, top_k=cfg.top_k, greedy=greedy, **extra)
+        if out.next_logprobs is not None:  # LaSeR's self-reward, one column per laser source
+            r = (self.laser.beta * (out.next_logprobs - self.laser.c)).astype(np.float32)
+            extra = {f"{B.REWARD_PREFIX}{name}": pa.array(r, pa.float32()) for name in self.lasers}
+        else:
+            extra = {}
         repeat = np.repeat(np.arange(prompts.num_rows), n)
         sample = np.tile(np.arange(n), prompts.num_rows)
         tag = f"{seq}" if seq is not None else uuid.uuid4().hex[:12]
         prompt_lengths = np.array([len(p) for p in out.prompt_ids], dtype=np.int64)
         prompt_ids = B.list_column(np.concatenate(out.prompt_ids) if len(out.prompt_ids) else
                                    np.zeros(0, np.int32), prompt_lengths, pa.int32())
-        extra = {name: prompts.column(name).take(repeat) for name in prompts.schema.names
-                 if name not in ("prompt_id", "prompt")}
+        extra.update({name: prompts.column(name).take(repeat) for name in prompts.schema.names
+                      if name not in ("prompt_id", "prompt")})
         table = B.rollout_table(
             uid=[f"{tag}.{g}.{s}" for g, s in zip(repeat, sample)],
             group_id=[f"{tag}.{g}" for g in repeat],

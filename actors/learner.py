@@ -41,6 +41,10 @@ class Learner(Trainable):
         self.optimizer = self._new_optimizer(self.algo.lr)
         self.aggregator = Aggregator(config.aggregate_spec(), sources=[r.name for r in config.rewards])
         self.skipped_steps = 0
+        self.laser_label = config.label_source(config.laser) if config.laser_rewards() else None
+        if self.laser_label is not None:
+            from actors.judging import single_token
+            self.laser_token = single_token(self.tokenizer, config.laser.token, "laser.token")
 
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=self.algo.weight_decay)
@@ -112,12 +116,16 @@ class Learner(Trainable):
         needed = active & ((adv != 0) & r_mask).any(dim=1)
         if not (self.algo.skip_uniform_groups and self.reference is None):
             needed = active
+        if self.laser_label is not None:  # LaSeR: align the self-reward with the verifier's labels
+            label = table.column(B.REWARD_PREFIX + self.laser_label).to_numpy(zero_copy_only=False).astype(np.float32)
+            data["laser_label"] = torch.from_numpy(label)
+            needed = needed | ~torch.isnan(data["laser_label"])
         prox = self._proximal(data, needed, p_width)
 
         n = table.num_rows
         gen = torch.Generator().manual_seed(hash((self.config.seed, self.version)) % 2**63)
         order = torch.randperm(n, generator=gen) if self.algo.mini_batches > 1 else torch.arange(n)
-        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "is_weight": 0.0}
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "is_weight": 0.0, "laser_mse": 0.0}
         norms, skipped, computed = [], 0, 0
         for rows in torch.tensor_split(order, min(self.algo.mini_batches, n)):
             ok, norm, done = self._update(rows, needed, data, prox, p_width, sums)
@@ -167,6 +175,7 @@ class Learner(Trainable):
         over the rows that need a forward pass. A non-finite loss or gradient skips the step
         (counted, warned) instead of poisoning the weights."""
         from actors.algorithms.losses import kl_k3
+        from actors.sampling import token_logprobs
 
         tokens = max(int(d["r_mask"][rows].sum()), 1)
         # Zeros, not None: AdamW skips a parameter whose grad is None, but a zero gradient still moves
@@ -175,13 +184,25 @@ class Learner(Trainable):
         part = {k: 0.0 for k in sums}
         finite = True
         compute = rows[needed[rows]]
+        labelled = int((~torch.isnan(d["laser_label"][rows])).sum()) if "laser_label" in d else 0
         for mb in (compute.split(self.algo.micro_batch_size) if len(compute) else ()):
             m = d["r_mask"][mb].to(self.device).float()
-            logp = self._token_logprobs(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                        d["r_ids"][mb], p_width, groups=d["groups"][mb], **self.sampling)
+            out = self._response_logits(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb], p_width,
+                                        groups=d["groups"][mb], after="laser_label" in d)
+            logits, tail = out if "laser_label" in d else (out, None)
+            logp = token_logprobs(logits, d["r_ids"][mb].to(self.device), **self.sampling)
             pg, stats = self._loss(logp, d["old_lp"][mb].to(self.device), d["adv"][mb].to(self.device),
                                    None if prox is None else prox[mb].to(self.device))
             loss = pg
+            extra = 0.0
+            if tail is not None and labelled:  # LaSeR's MSE, a mean over the update's labelled samples
+                cfg = self.config.laser
+                r = cfg.beta * (torch.log_softmax(tail.float(), dim=-1)[:, self.laser_token] - cfg.c)
+                target = d["laser_label"][mb].to(self.device)
+                ok = ~torch.isnan(target)
+                mse = ((r[ok] - target[ok]) ** 2).sum() / labelled
+                extra = cfg.mse_weight * mse
+                part["laser_mse"] += mse.item()
             if self.reference is not None:
                 with torch.no_grad():
                     ref_lp = self._token_logprobs(self.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
@@ -189,7 +210,7 @@ class Learner(Trainable):
                 kl = kl_k3(logp, ref_lp)
                 loss = loss + self.algo.kl_coef * kl
                 part["kl"] += (kl.detach() * m).sum().item()
-            total = (loss * m).sum() / tokens  # each micro-batch divides by the update's token count
+            total = (loss * m).sum() / tokens + extra  # each micro-batch divides by the update's token count
             if not torch.isfinite(total):
                 finite = False
                 break
@@ -247,6 +268,8 @@ class Learner(Trainable):
         }
         if self.reference is not None:
             out["train/kl"] = sums["kl"] / per_token
+        if self.laser_label is not None:
+            out["train/laser_mse"] = sums["laser_mse"] / max(len(norms), 1)
         return out
 
     # ---- preference optimisation (self-rewarding iterations) ------------------------------------

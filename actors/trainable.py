@@ -98,28 +98,36 @@ class Trainable:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # same positions as left-padded generation
         return ids, mask, positions, r_ids, r_mask, p_width
 
-    def _response_logits(self, model, ids, mask, positions, p_width, groups=None) -> torch.Tensor:
+    def _response_logits(self, model, ids, mask, positions, p_width, groups=None, after: bool = False):
         """The logits that predict each response token. With `groups` (rows of a group share their
         prompt: one sampling of one prompt), each distinct prompt is run once and its key/value cache
         is shared by the group's responses: for GRPO's n samples per prompt that removes most of the
-        prompt compute, forward and backward (gradients flow back through the shared cache)."""
+        prompt compute, forward and backward (gradients flow back through the shared cache).
+        `after`: also return the logits that follow each response's last token (LaSeR), as a pair."""
         dev = self.device
+        last = mask[:, p_width:].sum(1) - 1  # each response's last token, within the response
+        end = ids.shape[1] if after else -1  # with `after`, the last response token is fed in too
         if groups is None or len(groups) == 0:
-            logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev)).logits
-            return logits[:, p_width - 1:-1]
-        _, inverse = torch.unique(groups, return_inverse=True)
-        first = torch.full((int(inverse.max()) + 1,), len(groups), dtype=torch.long).scatter_reduce(
-            0, inverse, torch.arange(len(groups)), "amin")
-        prompt = model(input_ids=ids[first, :p_width].to(dev), attention_mask=mask[first, :p_width].to(dev),
-                       position_ids=positions[first, :p_width].to(dev), use_cache=True)
-        head = prompt.logits[:, -1:][inverse.to(dev)]  # predicts each response's first token
-        if ids.shape[1] - p_width <= 1:
-            return head
-        cache = prompt.past_key_values
-        cache.batch_select_indices(inverse.to(dev))
-        rest = model(input_ids=ids[:, p_width:-1].to(dev), attention_mask=mask[:, :-1].to(dev),
-                     position_ids=positions[:, p_width:-1].to(dev), past_key_values=cache).logits
-        return torch.cat([head, rest], dim=1)
+            logits = model(input_ids=ids[:, :end].to(dev), attention_mask=mask[:, :end].to(dev),
+                           position_ids=positions[:, :end].to(dev)).logits
+            response = logits[:, p_width - 1:]
+        else:
+            _, inverse = torch.unique(groups, return_inverse=True)
+            first = torch.full((int(inverse.max()) + 1,), len(groups), dtype=torch.long).scatter_reduce(
+                0, inverse, torch.arange(len(groups)), "amin")
+            prompt = model(input_ids=ids[first, :p_width].to(dev), attention_mask=mask[first, :p_width].to(dev),
+                           position_ids=positions[first, :p_width].to(dev), use_cache=True)
+            response = prompt.logits[:, -1:][inverse.to(dev)]  # predicts each response's first token
+            if ids[:, p_width:end].shape[1] > 0:
+                cache = prompt.past_key_values
+                cache.batch_select_indices(inverse.to(dev))
+                rest = model(input_ids=ids[:, p_width:end].to(dev), attention_mask=mask[:, :end].to(dev),
+                             position_ids=positions[:, p_width:end].to(dev), past_key_values=cache).logits
+                response = torch.cat([response, rest], dim=1)
+        if not after:
+            return response[:, :ids.shape[1] - p_width]
+        tail = response[torch.arange(len(ids), device=dev), (last + 1).to(dev)]
+        return response[:, :ids.shape[1] - p_width], tail
 
     def _token_logprobs(self, model, ids, mask, positions, r_ids, p_width, temperature: float = 1.0,
                         top_k: int = 0, top_p: float = 1.0, groups=None) -> torch.Tensor:

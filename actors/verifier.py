@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 
 from actors import batch as B
@@ -50,15 +51,17 @@ class Verifier:
         rows = table.select(columns).to_pylist()
         labelled = (np.asarray(table.column("labelled").to_numpy(zero_copy_only=False), dtype=bool)
                     if "labelled" in table.schema.names else np.ones(table.num_rows, dtype=bool))
-        groups = B.group_index(table)
         items, slots = [], []  # slots: (source, row indices the item's value(s) go to)
         for spec in self.specs:
             if self._scope(spec.name) == "group":
+                groups = (B.group_index(table) if spec.group_by is None else
+                          pc.dictionary_encode(table.column(spec.group_by)).combine_chunks().indices.to_numpy())
                 for g in np.unique(groups[labelled]):
                     idx = np.nonzero((groups == g) & labelled)[0]
                     first = rows[idx[0]]
                     kwargs = {**{k: v for k, v in first.items() if k != "response"},
-                              "responses": [rows[i]["response"] for i in idx], **spec.args}
+                              "responses": [rows[i]["response"] for i in idx],
+                              "prompts": [rows[i]["prompt"] for i in idx], **spec.args}
                     items.append((spec.name, kwargs))
                     slots.append((spec.name, idx))
             else:

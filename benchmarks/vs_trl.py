@@ -179,8 +179,10 @@ def wait_until_quiet(max_wait_s: float, busy_pct: float) -> dict:
 
 # --------------------------------------------------------------------------- TRL side
 
-def trl_settings(seed: int, max_steps: int) -> dict:
-    """GRPOConfig keyword arguments matching coevo's default GRPO step."""
+def trl_settings(seed: int, max_steps: int, updates: int = 1) -> dict:
+    """GRPOConfig keyword arguments matching coevo's default GRPO step; with `updates` > 1, each
+    generated batch of 256 is split into that many optimizer steps (TRL's steps_per_generation, the
+    equivalent of coevo's algorithm.mini_batches)."""
     return dict(
         output_dir="unused",  # replaced by the worker
         seed=seed,
@@ -188,9 +190,9 @@ def trl_settings(seed: int, max_steps: int) -> dict:
         optim="adamw_torch", weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
         max_grad_norm=1.0,                       # coevo algorithm.grad_clip
         num_generations=GROUP,
-        per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,  # completions per device step: 256
-        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,  # one update per batch
-        max_steps=max_steps, num_train_epochs=1,
+        per_device_train_batch_size=PROMPTS_PER_STEP * GROUP // updates,  # 256 completions per batch
+        gradient_accumulation_steps=1, steps_per_generation=updates, num_iterations=1,  # updates per batch
+        max_steps=max_steps * updates, num_train_epochs=1,
         max_completion_length=MAX_NEW_TOKENS, temperature=TEMPERATURE, top_p=1.0, top_k=0, min_p=None,
         repetition_penalty=1.0,
         beta=0.0, epsilon=0.2,                   # no KL, PPO clip 0.2 (as coevo; ratio is 1 on-policy)
@@ -273,7 +275,7 @@ def trl_worker(spec_path: str) -> int:
             step = state.global_step
             row = {"step": step, "time_s": now - self.t0,
                    "reward/mean": rewards_per_step[-1] if rewards_per_step else None}
-            if step % spec["eval_every"] == 0 or step == spec["max_steps"]:
+            if step % spec["eval_every"] == 0 or step == spec["max_steps"] * spec.get("updates", 1):
                 acc = greedy_accuracy(trainer.model)
                 row["eval/accuracy"] = acc
                 row["time/eval_s"] = time.perf_counter() - now
@@ -295,7 +297,7 @@ def trl_worker(spec_path: str) -> int:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
 
-    settings = trl_settings(spec["seed"], spec["max_steps"])
+    settings = trl_settings(spec["seed"], spec["max_steps"], spec.get("updates", 1))
     settings["output_dir"] = spec["output_dir"]
     args = GRPOConfig(**settings)
     start_acc = greedy_accuracy(model)  # before training; not timed (a check that both evaluations agree)
@@ -343,7 +345,8 @@ def run_trl(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args) -
     run_dir = work / f"trl-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = {"seed": seed, "warm": str(warm), "train": str(train), "eval": str(eval_), "threads": THREADS,
-            "eval_every": EVAL_EVERY, "target": args.target, "max_steps": args.max_steps,
+            "eval_every": EVAL_EVERY * args.trl_updates, "updates": args.trl_updates,
+            "target": args.target, "max_steps": args.max_steps,
             "output_dir": str(run_dir / "out"), "result": str(run_dir / "result.json")}
     (run_dir / "spec.json").write_text(json.dumps(spec))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--trl-worker", str(run_dir / "spec.json")]
@@ -379,7 +382,7 @@ def coevo_overrides(warm: Path, train: Path, eval_: Path, max_steps: int, target
         "algorithm.kl_coef=0.0", "algorithm.mini_batches=1",
         f"train.stop_at_accuracy={target}", f"train.eval_every={EVAL_EVERY}", f"train.max_steps={max_steps}",
         "train.checkpoint_every=0",  # TRL saves nothing either (coevo still writes its final checkpoint)
-        f"train.threads={THREADS}",
+        # torch threads: coevo's default (all cores for stages that take turns, split for async)
     ]
 
 
@@ -548,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="without --warm: the default recipe's warm-up run to this held-out accuracy instead of "
                         "its warmup.target_accuracy (a separate cache entry, made once)")
     p.add_argument("--max-steps", type=int, default=MAX_STEPS, help="step cap (default %(default)s)")
+    p.add_argument("--trl-updates", type=int, default=1, metavar="K",
+                   help="TRL optimizer steps per generated batch (steps_per_generation; default 1); "
+                        "its reported steps are then optimizer steps, evaluated every 5 batches")
     p.add_argument("--target", type=float, default=TARGET, help="held-out accuracy to reach (default %(default)s)")
     p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
                    help="before each run wait up to S seconds for the machine's CPU use (5 s window) to drop "

@@ -65,6 +65,9 @@ class DataConfig(Section):
     eval_path: Optional[str] = None  # held-out split; if None, `eval_size` rows of `path`
     eval_size: int = Field(200, ge=1)
     prompt_template: str = "{prompt}"
+    # built-in task: pair each problem with an analogous one (`pair_id`, for co_reward); user data
+    # brings its own `pair_id` column
+    analogs: Optional[Literal["commuted"]] = None
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
@@ -101,16 +104,20 @@ class RewardSpec(Section):
     fn: Optional[str] = None  # built-in name or `module:function`; defaults to `name`
     model: Optional[str] = None  # a scalar reward model: a local directory, or "auto" (see reward_model)
     judge: bool = False
+    laser: bool = False  # LaSeR's last-token self-reward, computed by the generators (see laser)
     args: dict[str, Any] = {}  # extra keyword arguments for `fn`
     weight: float = 1.0  # in the aggregated `reward`; 0 logs the source without training on it
     normalize: Literal["none", "group", "running"] = "none"
     timeout_s: float = Field(5.0, gt=0)
+    # group functions: the column whose equal values form one call (default: the prompt's group);
+    # e.g. a pair column, so a question and its analogue are scored together (co_reward)
+    group_by: Optional[str] = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> "RewardSpec":
-        if (self.fn is not None) + (self.model is not None) + self.judge > 1:
-            raise ValueError(f"rewards[{self.name}]: set either fn (a verifier function) or model "
-                             "(a reward model) or judge, not both")
+        if (self.fn is not None) + (self.model is not None) + self.judge + self.laser > 1:
+            raise ValueError(f"rewards[{self.name}]: set one of fn (a verifier function), model "
+                             "(a reward model), judge or laser")
         if self.kind == "fn":
             from actors.rewards import REWARD_FUNCTIONS
             registered(self.fn or self.name, REWARD_FUNCTIONS)
@@ -120,7 +127,8 @@ class RewardSpec(Section):
 
     @property
     def kind(self) -> str:
-        return "model" if self.model is not None else "judge" if self.judge else "fn"
+        return ("model" if self.model is not None else "judge" if self.judge else "laser" if self.laser
+                else "fn")
 
 
 class VerifierConfig(Section):
@@ -257,6 +265,20 @@ class JudgeConfig(Section):
         return v
 
 
+class LaserConfig(Section):
+    """LaSeR (Yang et al. 2025, last-token self-rewarding): the self-reward of a response is
+    r = beta * (log pi(token | prompt, response) - c), read at the cost of one extra token; the
+    learner adds mse_weight * (r - verifier reward)^2 where the verifier labelled the sample, and the
+    self-reward stands in for the verifier where it did not (`aggregate.fill`)."""
+    token: str = "Y"
+    beta: float = Field(1.0, gt=0)
+    c: float = -1.0  # r = 1 when pi(token) = 1 and 0 at pi(token) = 1/e (beta 1, c -1)
+    mse_weight: float = Field(1.0, ge=0)
+    label_source: Optional[str] = None  # the verifier source r is aligned with (default: the first fn)
+    best_of: int = Field(8, ge=1)  # evaluation: best-of-N by self-reward against a random pick
+    eval_prompts: int = Field(100, gt=0)
+
+
 class IterationsConfig(Section):
     """Iterative preference optimisation (recipe self_rewarding; Yuan et al. 2024): per iteration,
     sample `rollout.samples_per_prompt` responses for `prompts` prompts, judge them with the policy
@@ -332,6 +354,7 @@ class Config(Section):
     prime: PrimeConfig = PrimeConfig()
     judge: JudgeConfig = JudgeConfig()
     iterations: IterationsConfig = IterationsConfig()
+    laser: LaserConfig = LaserConfig()
     warmup: WarmupConfig = WarmupConfig()
     train: TrainConfig = TrainConfig()
     # Extra aggregation stages over the reward sources (G-RA gates, PAR, Parrot selection, process
@@ -361,7 +384,8 @@ class Config(Section):
         fn_names = [r.name for r in self.rewards if r.kind == "fn"]
         for key, value in (("verifier.accuracy_source", self.verifier.accuracy_source),
                            ("reward_model.label_source", self.reward_model.label_source),
-                           ("prime.label_source", self.prime.label_source)):
+                           ("prime.label_source", self.prime.label_source),
+                           ("laser.label_source", self.laser.label_source)):
             if value is not None and value not in fn_names:
                 raise ValueError(f"{key} {value!r} is not a verifier (fn) reward; accepted: {fn_names}")
         from actors.algorithms import ADVANTAGES
@@ -413,6 +437,9 @@ class Config(Section):
 
     def judge_rewards(self) -> list[RewardSpec]:
         return [r for r in self.rewards if r.kind == "judge"]
+
+    def laser_rewards(self) -> list[RewardSpec]:
+        return [r for r in self.rewards if r.kind == "laser"]
 
     def accuracy_source(self) -> Optional[str]:
         fns = self.fn_rewards()

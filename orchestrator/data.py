@@ -29,8 +29,10 @@ class PromptSet:
 
 
 # ---- built-in tasks ---------------------------------------------------------------------------
-def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int) -> PromptSet:
-    """All `a op b` with `digits`-digit operands; a seeded, disjoint held-out split."""
+def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, analogs: str | None = None) -> PromptSet:
+    """All `a op b` with `digits`-digit operands; a seeded, disjoint held-out split. With
+    `analogs="commuted"` each problem is paired with its commuted twin (`pair_id`, for Co-Reward;
+    the sampler draws twins together)."""
     low = 10 ** (digits - 1) if digits > 1 else 0
     numbers = range(low, 10 ** digits)
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -43,8 +45,24 @@ def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int) -> 
     table = pa.table({"prompt_id": [problems[i][0] for i in order],
                       "prompt": [problems[i][0] for i in order],
                       "answer": [problems[i][1] for i in order]})
-    return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size),
-                     name=f"arithmetic-{digits}d-{''.join(operators)}")
+    name = f"arithmetic-{digits}d-{''.join(operators)}"
+    if analogs is None:
+        return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=name)
+    if analogs != "commuted":
+        raise DatasetError(f"data.analogs {analogs!r}: the arithmetic task knows 'commuted'")
+    # The same split as without analogs (the same warm start and held-out set); a problem whose
+    # twin was held out is a pair of one in the training split.
+    add = lambda t: t.append_column("pair_id", pa.array([commuted_key(p) for p in t.column("prompt").to_pylist()]))  # noqa: E731
+    return PromptSet(train=add(table.slice(eval_size)), eval=add(table.slice(0, eval_size)), name=name)
+
+
+def commuted_key(prompt: str) -> str:
+    """`12+34=` and `34+12=` share a key; a non-commutative problem is a pair of one."""
+    for op in "+*":
+        if op in prompt:
+            a, b = prompt.rstrip("=").split(op)
+            return f"{min(a, b)}{op}{max(a, b)}"
+    return prompt
 
 
 # ---- user files -------------------------------------------------------------------------------
@@ -149,7 +167,7 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0) -> PromptSet:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
     else:
         a = data_cfg.arithmetic
-        prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed)
+        prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed, data_cfg.analogs)
     if label_fraction < 1.0:
         n = prompts.train.num_rows
         labelled = np.random.default_rng([seed, 7]).random(n) < label_fraction
@@ -166,25 +184,46 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0) -> PromptSet:
 
 class PromptSampler:
     """Epochs over the training prompts without replacement, reshuffled each epoch (seeded), so a
-    step never holds the same prompt twice. Its position is part of the loop state for --resume."""
+    step never holds the same prompt twice. Its position is part of the loop state for --resume.
+    With a `pair_id` column, whole pairs are drawn together (a batch may then hold one fewer)."""
 
     def __init__(self, table: pa.Table, seed: int, epoch: int = 0, position: int = 0):
         self.table, self.seed, self.epoch, self.position = table, seed, epoch, position
+        self.units = self._units(table)
         self._order = self._shuffle()
 
+    @staticmethod
+    def _units(table: pa.Table) -> list[np.ndarray]:
+        if "pair_id" not in table.schema.names:
+            return [np.array([i]) for i in range(table.num_rows)]
+        keys = table.column("pair_id").to_pylist()
+        rows: dict = {}
+        for i, k in enumerate(keys):
+            rows.setdefault(k, []).append(i)
+        return [np.array(v) for v in rows.values()]
+
     def _shuffle(self) -> np.ndarray:
-        return np.random.default_rng([self.seed, self.epoch]).permutation(self.table.num_rows)
+        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.units))
 
     def next(self, k: int) -> pa.Table:
         if k > self.table.num_rows:
             raise DatasetError(f"asked for {k} prompts a step but the training split has "
                                f"{self.table.num_rows}; lower rollout.prompts_per_step")
-        if self.position + k > len(self._order):
-            self.epoch, self.position = self.epoch + 1, 0
+        rest = sum(len(self.units[u]) for u in self._order[self.position:self.position + k])
+        if rest < k and (self.position + k > len(self._order) or rest < k - 1):
+            self.epoch, self.position = self.epoch + 1, 0  # the epoch's tail is too short: a new epoch
             self._order = self._shuffle()
-        idx = self._order[self.position:self.position + k]
-        self.position += k
-        return self.table.take(pa.array(idx))
+        taken, count = [], 0
+        while self.position < len(self._order):
+            unit = self.units[self._order[self.position]]
+            if taken and count + len(unit) > k:
+                break
+            taken.append(unit)
+            count += len(unit)
+            self.position += 1
+            if count >= k:
+                break
+        return self.table.take(pa.array(np.concatenate(taken)))
 
     def state(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

@@ -17,6 +17,7 @@ BUILT_IN = {
     "cooper": "pipelines.cooper:Cooper",
     "prime": "pipelines.prime:Prime",
     "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
+    "laser": "pipelines.laser:Laser",
 }
 
 

@@ -22,7 +22,8 @@ class Stopped(Exception):
 
 def cache_key(config, extra: dict | None = None) -> str:
     """Everything that changes the warm model (not where the cache lives)."""
-    key = {"model": config.model.model_dump(), "data": config.data.model_dump(), "seed": config.seed,
+    key = {"model": config.model.model_dump(), "data": config.data.model_dump(exclude={"analogs"}),
+           "seed": config.seed,
            "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
            "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p],
            **(extra or {})}
@@ -56,7 +57,8 @@ async def warm_up(ctx, fallback_dir: Path) -> dict:
     cfg = ctx.config.warmup
     learner = ctx.pools["policy_learner"]
     channel = Channel("policy", learner, [ctx.pools["generator"]])
-    sampler = PromptSampler(ctx.prompts.train, seed=ctx.config.seed + 1)
+    # prompts and answers only: pairs (data.analogs) must not change the warm-up's batches
+    sampler = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=ctx.config.seed + 1)
     ctx.progress.start("warm-up (SFT)", total=cfg.max_steps)
     start, steps, accuracy, loss = time.perf_counter(), 0, 0.0, float("nan")
     held_out = ctx.prompts.eval.select(["prompt", "answer"])

@@ -16,6 +16,7 @@ class Samples:
     response_lengths: np.ndarray  # int64 per sample
     logprobs: np.ndarray  # flat float32, one per response token: log-prob under the sampling distribution
     finish_reason: list[str]  # per sample: stop / length
+    next_logprobs: np.ndarray | None = None  # per sample: log pi(z | prompt, response), if asked for
 
 
 class Backend(Protocol):

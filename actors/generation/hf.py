@@ -28,10 +28,13 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False) -> Samples:
+                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False, next_token: int | None = None) -> Samples:
         """n samples per prompt. Each prompt is run once and its key/value cache shared by its n
         samples (GRPO samples 8 or more per prompt: most of the prefill is shared); then a plain
-        decoding loop samples from exactly the distribution `actors.sampling` describes."""
+        decoding loop samples from exactly the distribution `actors.sampling` describes.
+        `next_token`: also return log pi(next_token | prompt, response) for each sample (LaSeR's
+        last-token self-reward): read off the step after a response's EOS, or one extra one-token
+        forward pass for the responses that end at the last step."""
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         mask = enc["attention_mask"]
         prompt_ids = [row[m.bool()].numpy().astype(np.int32) for row, m in zip(enc["input_ids"], mask)]
@@ -47,6 +50,7 @@ class HFBackend:
         position = positions[:, -1:].repeat_interleave(n, dim=0).to(dev) + 1
         eos = torch.tensor(self.eos_ids, device=dev)
         finished = torch.zeros(len(logits), dtype=torch.bool, device=dev)
+        after = torch.full((len(logits),), float("nan"), device=dev)  # log pi(next_token | x, y)
         tokens, logprobs = [], []
         for step in range(max_new_tokens):
             x = logits.float() if greedy else processed_logits(logits.float(), temperature, top_k, top_p)
@@ -54,13 +58,20 @@ class HFBackend:
             logprobs.append(torch.log_softmax(x, dim=-1).gather(-1, token[:, None]).squeeze(1))
             token = torch.where(finished, self.tokenizer.pad_token_id, token)
             tokens.append(token)
-            finished |= torch.isin(token, eos)
-            if finished.all() or step == max_new_tokens - 1:
+            ended = ~finished & torch.isin(token, eos)
+            finished |= ended
+            last = bool(finished.all()) or step == max_new_tokens - 1
+            if last and next_token is None:
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position,
                            past_key_values=cache, use_cache=True).logits[:, -1]
             position = position + 1
+            if next_token is not None:  # the logits after each response's final token
+                fill = ended | (torch.isnan(after) & torch.tensor(last, device=dev))
+                after = torch.where(fill, torch.log_softmax(logits.float(), dim=-1)[:, next_token], after)
+            if last:
+                break
         tokens, logprobs = torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
         is_eos = torch.isin(tokens, eos)
         has_eos = is_eos.any(dim=1)
@@ -72,6 +83,7 @@ class HFBackend:
             response_lengths=lengths.cpu().numpy().astype(np.int64),
             logprobs=logprobs[keep].cpu().numpy().astype(np.float32),
             finish_reason=["stop" if e else "length" for e in has_eos.tolist()],
+            next_logprobs=None if next_token is None else after.cpu().numpy().astype(np.float32),
         )
 
     @torch.no_grad()

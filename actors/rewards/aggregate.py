@@ -17,6 +17,8 @@ Spec (every key optional; `Aggregator(None)` is today's plain sum with weight 1 
                                              # (+ momentum: m with running_mean)
     gate:                              # G-RA: source counts only where when >= threshold
       - {source: format, when: correct, threshold: 1.0}
+    fill: {correct: self}              # where `correct` has no value by design, use `self`'s (LaSeR),
+                                       # after transform and gate, before normalize
     normalize:                         # per source: none | group | running, or
       rm: group                        #   {kind: group|running, eps: 1e-6, momentum: m}
     select:                            # Parrot: batch-wise Pareto-optimal selection
@@ -40,6 +42,8 @@ Per sample and scalar source s, in this order:
 4. normalize: `group` -> `(v - mean) / (std + eps)` within the group (`group_id` column if
    present, else `prompt_id`); `running` -> the same with running statistics (updated with this
    batch first, unless `apply(..., update=False)`, e.g. for evaluation).
+   fill (after the gate, before normalisation): where a source has no value by design (not
+   failed), a stand-in source's value is used.
 5. sum: `reward = sum_s w_s * c_s` with `c_s = on_error` if failed, 0 if missing by design,
    else `v` (so `on_error` is in the units of the processed value).
 6. select (Parrot): the Pareto front is computed over the processed values of the listed sources
@@ -85,7 +89,7 @@ GROUP_KEYS = ("group_id", "prompt_id")
 NORMALIZE_KINDS = ("none", "group", "running")
 PAR_REFERENCES = ("running_mean", "group_mean", "column", "constant")
 SCOPES = ("batch", "group")
-TOP_KEYS = ("weights", "on_error", "transform", "gate", "normalize", "select", "process")
+TOP_KEYS = ("weights", "on_error", "transform", "gate", "normalize", "select", "process", "fill")
 
 
 class AggregateSpecError(ValueError):
@@ -142,10 +146,12 @@ class AggregateSpec:
     normalize: dict[str, NormalizeSpec] = field(default_factory=dict)
     select: SelectSpec | None = None
     process: dict[str, ProcessSpec] = field(default_factory=dict)
+    fill: dict[str, str] = field(default_factory=dict)  # source -> the source standing in where it has no value
 
     def scalar_sources(self) -> set[str]:
         """Scalar sources the spec names (must exist as `reward.<source>` columns)."""
         names = set(self.weights or ()) | set(self.transform) | set(self.normalize)
+        names |= set(self.fill) | set(self.fill.values())
         names |= {g.source for g in self.gate} | {g.when for g in self.gate}
         if self.select:
             names |= set(self.select.pareto)
@@ -177,7 +183,9 @@ def parse_spec(spec: Mapping[str, Any] | None) -> AggregateSpec:
         select = _parse_select(spec["select"], "aggregate.select")
     process = {_name(k, "aggregate.process"): _parse_process(v, f"aggregate.process.{k}")
                for k, v in _mapping(spec.get("process") or {}, "aggregate.process").items()}
-    return AggregateSpec(weights, on_error, transform, gates, normalize, select, process)
+    fill = {_name(k, "aggregate.fill"): _name(v, f"aggregate.fill.{k}")
+            for k, v in _mapping(spec.get("fill") or {}, "aggregate.fill").items()}
+    return AggregateSpec(weights, on_error, transform, gates, normalize, select, process, fill)
 
 
 def _parse_transform(value, path) -> ParSpec:
@@ -405,6 +413,11 @@ class Aggregator:
             gate_open[g.source] = gate_open.get(g.source, np.ones(n, bool)) & is_open
         for s, gate_mask in gate_open.items():
             metrics[f"reward/{s}/gate_open_frac"] = float(gate_mask.mean()) if n else 0.0
+        for s, standin in spec.fill.items():  # e.g. LaSeR: the self-reward where the verifier gave no label
+            missing = np.isnan(values[s]) & ~failed[s]
+            values[s] = np.where(missing, values[standin], values[s])
+            failed[s] = failed[s] | (missing & failed[standin])
+            metrics[f"reward/{s}/filled_frac"] = float(missing.mean()) if n else 0.0
         for s, norm in spec.normalize.items():
             if norm.kind == "group":
                 values[s] = S.normalize_group(values[s], groups, norm.eps)
