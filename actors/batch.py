@@ -41,6 +41,7 @@ OPTIONAL_FIELDS: dict[str, pa.DataType] = {
     "reward": pa.float32(),
     "reward_model_version": pa.int64(),  # the reward model's version where one scored the row
     "judge_version": pa.int64(),  # the policy version that judged the row (self-rewarding)
+    "laser_logprob": pa.float32(),  # LaSeR: log pi(z | prompt, response), read by the generator
     "labelled": pa.bool_(),  # whether the verifier labels this prompt (verifier.fraction)
     "token_rewards": pa.list_(pa.float32()),
     "ref_logprobs": pa.list_(pa.float32()),

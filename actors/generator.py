@@ -79,11 +79,8 @@ class Generator:
         extra = {"next_token": self.laser_token} if self.laser_token is not None else {}
         out = self.backend.generate(texts, n=n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                     top_p=cfg.top_p, top_k=cfg.top_k, greedy=greedy, **extra)
-        if out.next_logprobs is not None:  # LaSeR's self-reward, one column per laser source
-            r = (self.laser.beta * (out.next_logprobs - self.laser.c)).astype(np.float32)
-            extra = {f"{B.REWARD_PREFIX}{name}": pa.array(r, pa.float32()) for name in self.lasers}
-        else:
-            extra = {}
+        # LaSeR: log pi(z | x, y); the learner turns it into the self-reward beta * (. - c)
+        extra = {} if out.next_logprobs is None else {"laser_logprob": pa.array(out.next_logprobs, pa.float32())}
         repeat = np.repeat(np.arange(prompts.num_rows), n)
         sample = np.tile(np.arange(n), prompts.num_rows)
         tag = f"{seq}" if seq is not None else uuid.uuid4().hex[:12]

@@ -42,6 +42,7 @@ class Learner(Trainable):
         self.aggregator = Aggregator(config.aggregate_spec(), sources=[r.name for r in config.rewards])
         self.skipped_steps = 0
         self.laser_label = config.label_source(config.laser) if config.laser_rewards() else None
+        self.laser_c = config.laser.c
         if self.laser_label is not None:
             from actors.judging import single_token
             self.laser_token = single_token(self.tokenizer, config.laser.token, "laser.token")
@@ -64,11 +65,13 @@ class Learner(Trainable):
         return version
 
     def extra_state(self) -> dict:
-        return {"aggregator": self.aggregator.state_dict(), "skipped_steps": self.skipped_steps}
+        return {"aggregator": self.aggregator.state_dict(), "skipped_steps": self.skipped_steps,
+                "laser_c": self.laser_c}
 
     def load_extra_state(self, state: dict) -> None:
         self.aggregator.load_state_dict(state.get("aggregator", {}))
         self.skipped_steps = state.get("skipped_steps", 0)
+        self.laser_c = state.get("laser_c", self.laser_c)
 
     def reset_optimizer(self) -> None:
         """A fresh AdamW for RL after warm-up (its own learning rate, no carried-over moments)."""
@@ -93,6 +96,7 @@ class Learner(Trainable):
             versions = pc.unique(table.column("reward_model_version")).to_pylist()
             if len(versions) > 1:
                 raise B.BatchError(f"train batch mixes reward-model versions {sorted(versions)}")
+        table = self._laser_rewards(table)
         table, reward_metrics = self.aggregator.apply(table)
         rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
         groups = torch.from_numpy(B.group_index(table))
@@ -143,6 +147,21 @@ class Learner(Trainable):
         out["train/rows_computed_frac"] = computed / max(n, 1)
         out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
         return out
+
+    def _laser_rewards(self, table: pa.Table) -> pa.Table:
+        """LaSeR's self-reward r = beta * (log pi(z | x, y) - c) from the generator's log-probs; c is
+        fixed from the first batch when the config leaves it open."""
+        if self.laser_label is None:
+            return table
+        if "laser_logprob" not in table.schema.names:
+            raise B.BatchError("a laser reward source needs the generators' `laser_logprob` column")
+        lp = table.column("laser_logprob").to_numpy(zero_copy_only=False).astype(np.float64)
+        if self.laser_c is None:
+            self.laser_c = float(np.nanmean(lp))
+        r = (self.config.laser.beta * (lp - self.laser_c)).astype(np.float32)
+        for spec in self.config.laser_rewards():
+            table = B.replace_column(table, B.REWARD_PREFIX + spec.name, pa.array(r, pa.float32(), mask=np.isnan(r)))
+        return table
 
     def _proximal(self, d: dict, needed: torch.Tensor, p_width: int) -> torch.Tensor | None:
         """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
@@ -197,7 +216,7 @@ class Learner(Trainable):
             extra = 0.0
             if tail is not None and labelled:  # LaSeR's MSE, a mean over the update's labelled samples
                 cfg = self.config.laser
-                r = cfg.beta * (torch.log_softmax(tail.float(), dim=-1)[:, self.laser_token] - cfg.c)
+                r = cfg.beta * (torch.log_softmax(tail.float(), dim=-1)[:, self.laser_token] - self.laser_c)
                 target = d["laser_label"][mb].to(self.device)
                 ok = ~torch.isnan(target)
                 mse = ((r[ok] - target[ok]) ** 2).sum() / labelled
@@ -270,6 +289,7 @@ class Learner(Trainable):
             out["train/kl"] = sums["kl"] / per_token
         if self.laser_label is not None:
             out["train/laser_mse"] = sums["laser_mse"] / max(len(norms), 1)
+            out["train/laser_c"] = self.laser_c
         return out
 
     # ---- preference optimisation (self-rewarding iterations) ------------------------------------

@@ -271,8 +271,10 @@ class LaserConfig(Section):
     learner adds mse_weight * (r - verifier reward)^2 where the verifier labelled the sample, and the
     self-reward stands in for the verifier where it did not (`aggregate.fill`)."""
     token: str = "Y"
-    beta: float = Field(1.0, gt=0)
-    c: float = -1.0  # r = 1 when pi(token) = 1 and 0 at pi(token) = 1/e (beta 1, c -1)
+    beta: float = Field(0.25, gt=0)
+    # None: c is the mean log pi(token | x, y) of the first train batch (so r starts near 0), kept
+    # for the run; beta * -c must exceed the verifier's top reward for r to be able to reach it
+    c: Optional[float] = None
     mse_weight: float = Field(1.0, ge=0)
     label_source: Optional[str] = None  # the verifier source r is aligned with (default: the first fn)
     best_of: int = Field(8, ge=1)  # evaluation: best-of-N by self-reward against a random pick

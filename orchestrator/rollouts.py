@@ -95,8 +95,10 @@ class Rollouts:
     def _fill(self) -> None:
         """Dispatch pieces while admission allows (synchronously: their tasks start at the next turn
         of the event loop, before anything else the loop does)."""
-        while not self._stopped and self._capacity() >= self.chunk:
-            prompts = self.ctx.sampler.next(self.chunk)
+        while not self._stopped and self._capacity() > 0:
+            # paired prompts (data.analogs) come in whole pairs, so a piece may hold one fewer or
+            # more than asked: ask for what admission still allows
+            prompts = self.ctx.sampler.next(min(self.chunk, self._capacity()))
             piece = Piece(seq=self.seq, prompts=prompts, groups=prompts.num_rows, samples=prompts.num_rows * self.n)
             self.seq += 1
             self.admitted += piece.groups
@@ -152,12 +154,19 @@ class Rollouts:
                 batch.append(self.ready[seq])
                 groups += batch[-1].groups
                 if groups >= self.batch_groups:
-                    for p in batch:
-                        del self.ready[p.seq]
-                        self.counts["samples/consumed"] += p.samples
-                    return batch
+                    return self._consume(batch)
+            if batch and not self.inflight and self._capacity() <= 0:
+                # paired prompts made an earlier batch a group larger: nothing more may come before
+                # this batch trains, so it goes a group short
+                return self._consume(batch)
             self._changed.clear()
             await self._changed.wait()
+
+    def _consume(self, batch: list[Piece]) -> list[Piece]:
+        for p in batch:
+            del self.ready[p.seq]
+            self.counts["samples/consumed"] += p.samples
+        return batch
 
     def _drop(self, piece: Piece, reason: str) -> None:
         del self.ready[piece.seq]

@@ -35,7 +35,8 @@ class Laser(GRPO):
         table, _ = await gen.call("generate", prompts, n=n, seq=-1_000_000 - ctx.step, versioned=True)
         scored, _ = await ver.call("score", table)
         scored = await scored
-        self_r = scored.column(B.REWARD_PREFIX + cfg.laser_rewards()[0].name).to_numpy(zero_copy_only=False)
+        # log pi(z | x, y): the self-reward up to its positive scale and offset (rankings are the same)
+        self_r = scored.column("laser_logprob").to_numpy(zero_copy_only=False)
         correct = scored.column(B.REWARD_PREFIX + cfg.accuracy_source()).fill_null(0).to_numpy(
             zero_copy_only=False) >= 0.5
         groups = B.group_index(scored)

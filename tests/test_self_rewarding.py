@@ -1,0 +1,105 @@
+"""Self-rewarding pieces: the judge (parse failures are nulls with a reason), CREAM's consistency,
+and the recipes end to end, small: self_rewarding resumed in the middle of an iteration continues
+that iteration; LaSeR's self-reward reaches the learner; Co-Reward's paired prompts stay paired."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from actors.judging import parse_scores
+from coevo_cli import coevo, read_metrics, small
+from pipelines.self_rewarding import kendall_consistency
+
+
+def test_a_judgment_without_a_score_is_null_with_a_reason():
+    assert parse_scores(["score: 7", "8/10", "none"], r"\d+", 10) == (pytest.approx(0.75), None)
+    value, why = parse_scores(["great answer", "hmm"], r"\d+", 10)
+    assert value is None and "no score" in why and "2 judgments" in why
+
+
+def test_the_generator_judges_and_reports_unparseable_judgments():
+    from actors.generator import Generator
+    from orchestrator.config import validate_config
+    from orchestrator.data import arithmetic
+
+    tiny = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
+    cfg = validate_config({"model": {"tiny": tiny}, "train": {"threads": 1},
+                           "rollout": {"samples_per_prompt": 2, "max_new_tokens": 3},
+                           "rewards": [{"name": "self", "judge": True}, {"name": "integer_match", "weight": 0}],
+                           "judge": {"mode": "sampled", "samples": 2, "pattern": "NEVER-MATCHES"}})
+    gen = Generator(cfg, None)
+    table, _ = gen.generate(arithmetic(1, ["+"], 10, 0).train.slice(0, 2), seq=0)
+    judged, info = gen.judge(table)
+    assert judged.column("reward.self").null_count == 4 and info["errors/self"] == 4
+    assert all("no score matching" in e for e in judged.column("reward_error.self").to_pylist())
+    yes_prob = validate_config({**cfg.model_dump(), "judge": {"mode": "yes_prob"}})
+    judged, _ = Generator(yes_prob, None).judge(table)
+    scores = judged.column("reward.self").to_numpy()
+    assert ((scores > 0) & (scores < 1)).all() and judged.column("judge_version").to_pylist() == [0] * 4
+
+
+def test_cream_consistency_is_kendalls_tau_in_zero_one():
+    a = np.array([0.9, 0.5, 0.1])
+    assert kendall_consistency(a, a) == 1.0
+    assert kendall_consistency(a, -a) == 0.0
+    assert kendall_consistency(a, np.array([0.5, 0.5, 0.5])) == 0.5  # no comparable pair
+
+
+@pytest.mark.slow
+def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_path) -> None:
+    run_dir = tmp_path / "sr"
+    args = small(warm_cache, "recipe=self_rewarding", "rewards=[{name: judge, judge: true}, "
+                 "{name: correct, fn: integer_match, weight: 0}]", "verifier.accuracy_source=correct",
+                 "iterations.iterations=2", "iterations.prompts=16", "iterations.epochs=2",
+                 "iterations.batch_pairs=4", "iterations.cream=weight", "train.eval_every=3")
+    out = coevo([*args, "train.max_steps=3", "--output-dir", str(run_dir)], ray_env, tmp_path)
+    assert "iteration 0:" in out
+    state = json.loads((run_dir / "checkpoints" / "final" / "loop_state.json").read_text())["rollouts"]
+    assert state["phase"] == "train" and state["iteration"] == 0 and state["tables_index"] == ["pairs"]
+    first = read_metrics(run_dir)
+    out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=40"], ray_env, tmp_path)
+    assert "iteration 0:" not in out and "iteration 1:" in out  # iteration 0's pairs were restored
+    rows = read_metrics(run_dir)
+    assert rows[:3] == first and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+    assert rows[3]["iter/index"] == 0 and rows[-1]["iter/index"] == 1
+    assert rows[3]["iter/pairs"] == first[-1]["iter/pairs"]
+    assert all(r["pref/loss"] > 0 for r in rows) and rows[-1]["version"] == len(rows)
+    assert (run_dir / "iterations" / "iter_1" / "config.json").is_file()
+    assert any("eval/judge_auroc" in r for r in rows)
+
+
+@pytest.mark.slow
+def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) -> None:
+    laser = tmp_path / "laser"
+    coevo(small(warm_cache, "recipe=laser", "rewards=[{name: correct, fn: integer_match}, "
+                "{name: self, laser: true, weight: 0}]", "aggregate={fill: {correct: self}}",
+                "verifier.fraction=0.5", "verifier.accuracy_source=correct", "laser.eval_prompts=16",
+                "train.max_steps=3", "train.eval_every=3", "train.dump_rollouts=true", "--output-dir", str(laser)),
+          ray_env, tmp_path)
+    rows = read_metrics(laser)
+    assert all(r["train/laser_mse"] > 0 and r["train/laser_c"] < 0 for r in rows)
+    assert 0 < rows[0]["reward/correct/filled_frac"] < 1
+    for key in ("eval/self_reward_auroc", "eval/best_of_8_accuracy", "eval/random_pick_accuracy"):
+        assert key in rows[-1]
+    import pandas as pd
+
+    dump = pd.read_parquet(laser / "rollouts" / "step_1.parquet")
+    unlabelled = dump["reward.correct"].isna()
+    assert unlabelled.any() and dump["laser_logprob"].notna().all()
+    # the reward of an unlabelled sample is its self-reward
+    assert np.allclose(dump.loc[unlabelled, "reward"], dump.loc[unlabelled, "reward.self"], atol=1e-6)
+
+    co = tmp_path / "co"
+    coevo(small(warm_cache, "data.analogs=commuted", "rewards=[{name: co, fn: co_reward, group_by: pair_id}, "
+                "{name: correct, fn: integer_match, weight: 0}]", "verifier.accuracy_source=correct",
+                "train.max_steps=3", "train.eval_every=3", "train.dump_rollouts=true", "--output-dir", str(co)),
+          ray_env, tmp_path)
+    rows = read_metrics(co)
+    assert all(r["samples/lost"] == 0 for r in rows) and all(r["reward/co/errors"] == 0 for r in rows)
+    dump = pd.read_parquet(co / "rollouts" / "step_2.parquet")
+    twins = dump.groupby("pair_id")["prompt_id"].nunique()
+    assert (twins == 2).any()  # a question and its twin were sampled and scored together
