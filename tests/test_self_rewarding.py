@@ -54,14 +54,16 @@ def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_pat
     run_dir = tmp_path / "sr"
     args = small(warm_cache, "recipe=self_rewarding", "rewards=[{name: judge, judge: true}, "
                  "{name: correct, fn: integer_match, weight: 0}]", "verifier.accuracy_source=correct",
-                 "iterations.iterations=2", "iterations.prompts=16", "iterations.epochs=2",
-                 "iterations.batch_pairs=4", "iterations.cream=weight", "train.eval_every=3")
+                 "iterations.iterations=2", "iterations.prompts=32", "iterations.epochs=2",
+                 "iterations.batch_pairs=2", "iterations.cream=weight", "train.eval_every=3",
+                 # diverse samples, so most prompts make a pair (identical responses tie)
+                 "rollout.samples_per_prompt=8", "rollout.temperature=2.0")
     out = coevo([*args, "train.max_steps=3", "--output-dir", str(run_dir)], ray_env, tmp_path)
     assert "iteration 0:" in out
     state = json.loads((run_dir / "checkpoints" / "final" / "loop_state.json").read_text())["rollouts"]
     assert state["phase"] == "train" and state["iteration"] == 0 and state["tables_index"] == ["pairs"]
     first = read_metrics(run_dir)
-    out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=40"], ray_env, tmp_path)
+    out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=200"], ray_env, tmp_path)
     assert "iteration 0:" not in out and "iteration 1:" in out  # iteration 0's pairs were restored
     rows = read_metrics(run_dir)
     assert rows[:3] == first and [r["step"] for r in rows] == list(range(1, len(rows) + 1))
