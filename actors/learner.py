@@ -200,6 +200,9 @@ class Learner(Trainable):
         # Zeros, not None: AdamW skips a parameter whose grad is None, but a zero gradient still moves
         # it through momentum, which is what the same update without skipped rows would do.
         self.optimizer.zero_grad(set_to_none=False)
+        for param in self.model.parameters():  # a fresh or just-restored process has None grads
+            if param.grad is None and param.requires_grad:
+                param.grad = torch.zeros_like(param)
         part = {k: 0.0 for k in sums}
         finite = True
         compute = rows[needed[rows]]

@@ -78,6 +78,8 @@ def load_reward_model(path: str | Path, seed: int = 0, dtype: torch.dtype = torc
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
+    if path is None:
+        raise ValueError("load_reward_model needs a model directory")
     tokenizer = load_tokenizer(path)
     torch.manual_seed(seed)  # the fresh head is the same wherever this runs
     verbosity = hf_logging.get_verbosity()
@@ -90,3 +92,11 @@ def load_reward_model(path: str | Path, seed: int = 0, dtype: torch.dtype = torc
     if model.config.pad_token_id is None:  # needed to find each sequence's last token
         model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def fresh_reward_model(model_cfg: Any, seed: int, workdir: str | Path):
+    """A reward model on a freshly built body (`model` config section): no warm policy to start from."""
+    model, tok = build(model_cfg, seed)
+    model.save_pretrained(workdir)
+    tok.save_pretrained(workdir)
+    return load_reward_model(workdir, seed=seed)

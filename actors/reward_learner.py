@@ -23,7 +23,12 @@ class RewardLearner(Trainable):
         self.rm = config.reward_model
         self.source = source  # the reward source this learner trains (column reward.<source>)
         self.label_source = config.label_source(self.rm)
-        self.model, self.tokenizer = modeling.load_reward_model(model_source, seed=config.seed)
+        if model_source is None:  # warm-up off and no reward_model.init: a freshly initialised body
+            import tempfile
+            with tempfile.TemporaryDirectory() as tmp:
+                self.model, self.tokenizer = modeling.fresh_reward_model(config.model, config.seed, tmp)
+        else:
+            self.model, self.tokenizer = modeling.load_reward_model(model_source, seed=config.seed)
         self.model.to(self.device).train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.rm.lr, weight_decay=self.rm.weight_decay)
         self.rng = np.random.default_rng([config.seed, 11])

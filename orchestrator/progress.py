@@ -25,10 +25,12 @@ class RunProgress:
         if self.bar is not None:
             self.bar.update(self.task, completed=completed, info=info)
         if not self.live and force_line:
-            self.console.print(f"{self.bar.tasks[0].description if self.bar else ''} {completed}: {info}")
+            self.console.print(f"{self.bar.tasks[0].description if self.bar else ''} {completed}: {info}",
+                               soft_wrap=True)
 
     def print(self, message: str) -> None:
-        self.console.print(message)
+        # soft_wrap: no line breaks inserted into logs, so paths and messages stay whole for grep
+        self.console.print(message, soft_wrap=True)
 
     def stop(self) -> None:
         if self.bar is not None:

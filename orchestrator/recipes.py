@@ -61,6 +61,12 @@ class Recipe:
     def roles(cls, config, sources: Sources) -> dict:
         raise NotImplementedError
 
+    @classmethod
+    def needs_warm_policy(cls, config) -> bool:
+        """Whether an actor starts from the warm policy (so the SFT warm-up runs first)."""
+        names = cls.role_names(config)
+        return "generator" in names or "policy_learner" in names
+
     def channels(self, ctx) -> dict:
         return {}
 

@@ -77,8 +77,7 @@ class Run:
         return src
 
     def _uses_policy(self) -> bool:
-        names = self.recipe.role_names(self.config)
-        return "generator" in names or "policy_learner" in names
+        return self.recipe.needs_warm_policy(self.config)
 
     # ---- the run ------------------------------------------------------------------------------------
     async def main(self, nested: bool = False) -> dict:

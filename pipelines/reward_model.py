@@ -25,6 +25,11 @@ class RewardModelTraining(Recipe):
         return config.reward_model.pairs_path is not None
 
     @classmethod
+    def needs_warm_policy(cls, config) -> bool:
+        # pairs from a file still start the reward model from the warm policy unless `init` names one
+        return config.reward_model.init is None or not cls.from_file(config)
+
+    @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
         start = sources.learners.get("rm_learner") or config.reward_model.init or sources.policy
         roles = {"rm_learner": RoleSpec("actors.reward_learner:RewardLearner", (start,), num_cpus=1, max_restarts=0)}

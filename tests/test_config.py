@@ -235,7 +235,7 @@ def test_group_relative_advantage_needs_two_samples():
 
 
 def test_reward_sources_and_their_cross_checks():
-    with pytest.raises(ConfigError, match="either fn .* or model"):
+    with pytest.raises(ConfigError, match="set one of fn .* model .* judge or laser"):
         load_config(None, ["rewards=[{name: x, fn: exact_match, model: /m}]"])
     with pytest.raises(ConfigError, match="args apply to fn rewards only"):
         load_config(None, ["rewards=[{name: x, model: auto, args: {a: 1}}]"])

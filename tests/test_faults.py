@@ -19,7 +19,7 @@ MARK = "COEVO_FAULT_TEST"
 # Fields that are the same in a resumed run as in an uninterrupted one (deterministic CPU mode);
 # times and throughputs are not.
 DETERMINISTIC = ("reward/mean", "reward/std", "train/loss", "train/grad_norm", "samples/response_length",
-                 "eval/accuracy", "version", "samples/consumed")
+                 "version", "samples/consumed")
 
 
 def actor_pids(mark: str, cls: str) -> list[int]:
@@ -107,6 +107,9 @@ def test_sigint_checkpoints_and_resume_matches_an_uninterrupted_run(ray_env, war
     for got, want in zip(rows, expected):
         for key in DETERMINISTIC:
             assert got.get(key) == pytest.approx(want.get(key), abs=1e-6), (got["step"], key)
+        # greedy held-out decoding: a near-tie between two tokens may flip under CPU float reordering
+        # (seen once in ~10 runs), so allow one of the 32 held-out answers
+        assert got.get("eval/accuracy") == pytest.approx(want.get("eval/accuracy"), abs=1 / 32 + 1e-6), got["step"]
     check_no_loss(run_dir, 8)
 
 
