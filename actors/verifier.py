@@ -26,7 +26,9 @@ class Verifier:
     def __init__(self, config, role: dict | None = None):
         from actors.rewards.sandbox import RewardPool
 
-        self.specs = config.fn_rewards()
+        self.specs = config.fn_rewards() + config.process_rewards()
+        self.process = {r.name: r.delimiter for r in config.process_rewards()}
+        self.tokenizer = _tokenizer(config.model) if self.process else None  # steps -> token positions
         self.on_error = config.verifier.on_error
         self.accuracy_source = config.accuracy_source()
         v = config.verifier
@@ -52,8 +54,20 @@ class Verifier:
         labelled = (np.asarray(table.column("labelled").to_numpy(zero_copy_only=False), dtype=bool)
                     if "labelled" in table.schema.names else np.ones(table.num_rows, dtype=bool))
         items, slots = [], []  # slots: (source, row indices the item's value(s) go to)
+        steps_at: dict[str, dict[int, np.ndarray]] = {}  # process source -> row -> step token positions
+        step_errors: dict[str, dict[int, str]] = {}
         for spec in self.specs:
-            if self._scope(spec.name) == "group":
+            if spec.name in self.process:
+                steps_at[spec.name], step_errors[spec.name] = {}, {}
+                for i in np.nonzero(labelled)[0]:
+                    steps, where = self._steps(table, int(i), rows[i]["response"], self.process[spec.name])
+                    if where is None:
+                        step_errors[spec.name][int(i)] = steps
+                        continue
+                    steps_at[spec.name][int(i)] = where
+                    items.append((spec.name, {**rows[i], "steps": steps, **spec.args}))
+                    slots.append((spec.name, np.array([i])))
+            elif self._scope(spec.name) == "group":
                 groups = (B.group_index(table) if spec.group_by is None else
                           pc.dictionary_encode(table.column(spec.group_by)).combine_chunks().indices.to_numpy())
                 for g in np.unique(groups[labelled]):
@@ -73,16 +87,33 @@ class Verifier:
         after = self.sandbox.stats()["sources"] if items else {}
         values = {s.name: np.full(table.num_rows, np.nan, dtype=np.float64) for s in self.specs}
         errors: dict[str, list] = {s.name: [None] * table.num_rows for s in self.specs}
+        tokens: dict[str, list] = {s: [None] * table.num_rows for s in self.process}
+        for source, why in step_errors.items():
+            for i, e in why.items():
+                errors[source][i] = e
         for (source, idx), (value, error) in zip(slots, results):
             if error is not None:
                 for i in idx:
                     errors[source][i] = error
+            elif source in self.process:
+                from actors.rewards.process import step_rewards_row
+                i = int(idx[0])
+                n_tokens = len(table.column("response_ids")[i])
+                tokens[source][i] = step_rewards_row(value, steps_at[source][i], n_tokens)
             elif len(idx) == 1 and not isinstance(value, (list, tuple)):
                 values[source][idx[0]] = value
             else:
                 values[source][idx] = value
         info = {"busy_s": 0.0, "rows": table.num_rows}
         for spec in self.specs:
+            if spec.name in self.process:  # step rewards at token positions; no scalar reward column
+                from actors.rewards.aggregate import TOKEN_REWARD_PREFIX
+                table = B.replace_column(table, TOKEN_REWARD_PREFIX + spec.name,
+                                         pa.array(tokens[spec.name], pa.list_(pa.float32())))
+                table = B.replace_column(table, B.REWARD_ERROR_PREFIX + spec.name,
+                                         pa.array(errors[spec.name], pa.string()))
+                info[f"errors/{spec.name}"] = sum(e is not None for e in errors[spec.name])
+                continue
             v = values[spec.name]
             table = B.replace_column(table, B.REWARD_PREFIX + spec.name, pa.array(v, pa.float32(), mask=np.isnan(v)))
             table = B.replace_column(table, B.REWARD_ERROR_PREFIX + spec.name, pa.array(errors[spec.name], pa.string()))
@@ -92,6 +123,27 @@ class Verifier:
         table = self._scored_details(table, slots, results)  # reasons, VeRPO weights: see below
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
+
+    def _steps(self, table: pa.Table, i: int, response, delimiter: str):
+        """(step texts, their last tokens' positions) of row i, or (reason, None) when the response
+        cannot be split and mapped onto its tokens."""
+        from actors.rewards.process import split_steps, token_positions
+
+        if not isinstance(response, str) or response == "":
+            return "empty or undecodable response: no steps", None
+        ids = table.column("response_ids")[i].as_py()
+        pieces = [self.tokenizer.decode([t], skip_special_tokens=True) for t in ids]
+        if delimiter == "":  # every token is a step
+            keep = [k for k, p in enumerate(pieces) if p]
+            return [pieces[k] for k in keep], np.array(keep, dtype=np.int64)
+        ends = np.cumsum([len(p) for p in pieces])
+        if not len(ends) or ends[-1] != len(response):
+            return ("the response text does not match its tokens' decoded text, so steps cannot be "
+                    "placed on tokens"), None
+        steps = split_steps(response, delimiter)
+        if not steps:
+            return [], np.zeros(0, dtype=np.int64)
+        return [s for s, _ in steps], token_positions(ends, [e for _, e in steps])
 
     @ray.method(num_returns=2)
     def score(self, table: pa.Table) -> tuple[pa.Table, dict]:
@@ -151,6 +203,15 @@ class Verifier:
         for source, why in reasons.items():
             table = B.replace_column(table, "reward_reason." + source, pa.array(why, pa.string()))
         return table
+
+
+def _tokenizer(model_cfg):
+    """The policy's tokenizer (to place step rewards on response tokens)."""
+    from actors import modeling
+
+    if model_cfg.path:
+        return modeling.load_tokenizer(model_cfg.path)
+    return modeling.char_tokenizer()
 
 
 VerifierActor = ray.remote(Verifier)

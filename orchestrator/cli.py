@@ -99,7 +99,7 @@ def _preflight(config) -> None:
     from orchestrator.data import load_prompts
     from orchestrator.recipes import RECIPES, Recipe
 
-    for spec in config.fn_rewards():
+    for spec in config.fn_rewards() + config.process_rewards():
         fn = REWARD_FUNCTIONS.get(spec.fn or spec.name)
         if not callable(fn):
             raise ConfigError(f"rewards[{spec.name}]: {spec.fn or spec.name!r} is not callable")

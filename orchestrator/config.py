@@ -112,6 +112,9 @@ class RewardSpec(Section):
     # group functions: the column whose equal values form one call (default: the prompt's group);
     # e.g. a pair column, so a question and its analogue are scored together (co_reward)
     group_by: Optional[str] = None
+    # process functions (@process_reward): where a reasoning step ends ("" = every token is a step);
+    # their step rewards go to token_rewards.<name>, not to the scalar reward
+    step_delimiter: Optional[str] = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> "RewardSpec":
@@ -123,7 +126,29 @@ class RewardSpec(Section):
             registered(self.fn or self.name, REWARD_FUNCTIONS)
         elif self.args:
             raise ValueError(f"rewards[{self.name}]: args apply to fn rewards only")
+        if self.step_delimiter is not None and not self.is_process:
+            raise ValueError(f"rewards[{self.name}]: step_delimiter applies to process reward functions "
+                             "(@process_reward, e.g. step_pattern) only")
+        if self.is_process and self.normalize != "none":
+            raise ValueError(f"rewards[{self.name}]: a process reward is not normalised per sample; "
+                             "shape its steps with aggregate.process instead")
         return self
+
+    @property
+    def is_process(self) -> bool:
+        """A process (per-step) reward function, writing token_rewards.<name>."""
+        if self.kind != "fn":
+            return False
+        from actors.rewards import REWARD_FUNCTIONS
+        try:
+            fn = REWARD_FUNCTIONS.get(self.fn or self.name)
+        except Exception:  # an import path that fails is reported by the plug-in check, by name
+            return False
+        return getattr(fn, "reward_scope", "sample") == "process"
+
+    @property
+    def delimiter(self) -> str:
+        return "\n" if self.step_delimiter is None else self.step_delimiter
 
     @property
     def kind(self) -> str:
@@ -383,13 +408,16 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
-        fn_names = [r.name for r in self.rewards if r.kind == "fn"]
+        fn_names = [r.name for r in self.fn_rewards()]
         for key, value in (("verifier.accuracy_source", self.verifier.accuracy_source),
                            ("reward_model.label_source", self.reward_model.label_source),
                            ("prime.label_source", self.prime.label_source),
                            ("laser.label_source", self.laser.label_source)):
             if value is not None and value not in fn_names:
                 raise ValueError(f"{key} {value!r} is not a verifier (fn) reward; accepted: {fn_names}")
+        if self.process_rewards() and not self.fn_rewards():
+            raise ValueError("rewards: every verifier is a process reward; add an outcome (scalar) verifier, "
+                             "e.g. {name: correct, fn: integer_match}, which also measures held-out accuracy")
         from actors.algorithms import ADVANTAGES
         group_relative = getattr(ADVANTAGES.get(self.algorithm.advantage), "group_relative", False)
         if group_relative and self.rollout.samples_per_prompt < 2:
@@ -423,16 +451,26 @@ class Config(Section):
 
     def aggregate_spec(self) -> dict:
         """The reward aggregation spec: each source's weight and normalisation, plus `aggregate:`."""
-        spec: dict[str, Any] = {"weights": {r.name: r.weight for r in self.rewards},
+        scalar = [r for r in self.rewards if not r.is_process]
+        spec: dict[str, Any] = {"weights": {r.name: r.weight for r in scalar},
                                 "on_error": self.verifier.on_error}
-        normalize = {r.name: r.normalize for r in self.rewards if r.normalize != "none"}
+        normalize = {r.name: r.normalize for r in scalar if r.normalize != "none"}
         if normalize:
             spec["normalize"] = normalize
         spec.update(self.aggregate)
+        process = self.process_rewards()
+        if process:  # every process source is shaped (default: as is) with its rewards[] weight
+            given = dict(self.aggregate.get("process") or {})
+            spec["process"] = {**given, **{r.name: {"weight": r.weight, **(given.get(r.name) or {})}
+                                           for r in process}}
         return spec
 
     def fn_rewards(self) -> list[RewardSpec]:
-        return [r for r in self.rewards if r.kind == "fn"]
+        """Outcome verifiers (one scalar per sample): process functions are listed separately."""
+        return [r for r in self.rewards if r.kind == "fn" and not r.is_process]
+
+    def process_rewards(self) -> list[RewardSpec]:
+        return [r for r in self.rewards if r.is_process]
 
     def model_rewards(self) -> list[RewardSpec]:
         return [r for r in self.rewards if r.kind == "model"]

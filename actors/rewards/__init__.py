@@ -17,4 +17,13 @@ def group_reward(fn):
     return fn
 
 
+def process_reward(fn):
+    """Mark `fn` as a process reward: it scores each reasoning step of one response,
+    `fn(prompt: str, response: str, steps: list[str], **columns) -> list[float]` (one value per
+    step). The verifier splits the response at the source's `step_delimiter` and writes the values
+    at each step's last token into `token_rewards.<source>` (see actors/rewards/aggregate.py)."""
+    fn.reward_scope = "process"
+    return fn
+
+
 from actors.rewards import builtins  # noqa: E402,F401  (registers the built-ins)

@@ -97,13 +97,14 @@ class _Batch:
         self.start = self.last_progress = time.monotonic()
         self.stall = max(self.limits, default=0.0)
         for i, (source, kwargs) in enumerate(items):
-            if scopes[source] == "group":
-                responses = kwargs.get("responses")
-                if not isinstance(responses, (list, tuple)):
-                    self.results[i] = (None, "a group reward needs kwargs['responses'], a list of responses")
+            if scopes[source] in ("group", "process"):
+                key = "responses" if scopes[source] == "group" else "steps"
+                values = kwargs.get(key)
+                if not isinstance(values, (list, tuple)):
+                    self.results[i] = (None, f"a {scopes[source]} reward needs kwargs[{key!r}], a list")
                     self.remaining -= 1
                     continue
-                self.expect[i] = len(responses)
+                self.expect[i] = len(values)
             self.pending.append(i)
 
 
@@ -194,8 +195,9 @@ class RewardPool:
                     self._on_event(fd, None, time.monotonic())
 
     def scope(self, source: str) -> str:
-        """"sample" (fn(prompt, response, **columns) -> float) or "group" (fn(prompt, responses,
-        **columns) -> list of floats, one per response)."""
+        """"sample" (fn(prompt, response, **columns) -> float), "group" (fn(prompt, responses,
+        **columns) -> list of floats, one per response) or "process" (fn(prompt, response, steps,
+        **columns) -> list of floats, one per step)."""
         if source not in self.functions:
             raise KeyError(f"unknown reward source {source!r}; this pool has {sorted(self.functions)}")
         with self._lock:
@@ -277,7 +279,7 @@ class RewardPool:
             ours.close()
             raise RuntimeError(f"reward process failed to start for {self.functions} (see the "
                                f"traceback above in this actor's log): {str(why)[-MAX_ERROR:]}")
-        self._scopes = {s: ("group" if v == "group" else "sample") for s, v in scopes.items()}
+        self._scopes = {s: (v if v in ("group", "process") else "sample") for s, v in scopes.items()}
         iso = reply.get("isolation") if isinstance(reply.get("isolation"), dict) else {}
         abi = iso.get("landlock_abi") if type(iso.get("landlock_abi")) is int else 0
         self.isolation = {

@@ -120,13 +120,14 @@ def _detailed(value: dict) -> tuple[dict | None, str | None]:
     return {"v": number, "x": extra}, None
 
 
-def _group_values(value, n: int) -> tuple[list[float] | None, str | None]:
-    hint = f"a group reward must return a list of {n} finite numbers, one per response"
+def _group_values(value, n: int, what: str = "group") -> tuple[list[float] | None, str | None]:
+    hint = (f"a group reward must return a list of {n} finite numbers, one per response" if what == "group"
+            else f"a process reward must return a list of {n} finite numbers, one per step")
     if isinstance(value, (str, bytes, dict)) or not (hasattr(value, "__len__") and hasattr(value, "__iter__")):
         return None, f"returned {_short(value)}; {hint}"
     values = list(value)
     if len(values) != n:
-        return None, f"returned {len(values)} values for {n} responses; {hint}"
+        return None, f"returned {len(values)} values for {n} {'responses' if what == 'group' else 'steps'}; {hint}"
     out = []
     for i, v in enumerate(values):
         number = _number(v)
@@ -167,6 +168,8 @@ def call(fn, scope: str, kwargs: dict, lim: Limits, me: int) -> tuple[object, st
     if error is None:
         if scope == "group":
             value, error = _group_values(value, len(kwargs.get("responses") or ()))
+        elif scope == "process":
+            value, error = _group_values(value, len(kwargs.get("steps") or ()), "process")
         elif isinstance(value, float) and hasattr(value, "details"):  # a Scored (of any copy of this
             # module: the zygote runs it as __main__): a value with a reason and details
             value, error = _detailed({"value": float(value), "reason": getattr(value, "reason", None),
@@ -433,9 +436,9 @@ def zygote_main(ctl_fd: int) -> None:
             for hook in getattr(fn, "reward_preload", ()) or ():
                 hook() if callable(hook) else __import__(hook)
         scopes = {source: getattr(fn, "reward_scope", "sample") for source, fn in fns.items()}
-        bad = {s: v for s, v in scopes.items() if v not in ("sample", "group")}
+        bad = {s: v for s, v in scopes.items() if v not in ("sample", "group", "process")}
         if bad:
-            raise ValueError(f"reward_scope must be 'sample' or 'group', got {bad}")
+            raise ValueError(f"reward_scope must be 'sample', 'group' or 'process', got {bad}")
         iso = _probe_isolation(st)
     except BaseException:
         traceback.print_exc()

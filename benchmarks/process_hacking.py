@@ -1,0 +1,108 @@
+"""Reward hacking by a naive process reward, and Clipping / Delta shaping against it
+(pipelines/process_hacking.yaml: GRPO on 2-digit addition, outcome verifier + a per-step reward
+where every response token is a step).
+
+    python benchmarks/process_hacking.py                  # naive, clip, delta; seeds 0 1 2
+    python benchmarks/process_hacking.py --seeds 0 -- train.max_steps=40
+
+For each run: held-out accuracy (the outcome verifier, greedy) and steps per response
+(`token_rewards/steps/steps_mean`, here the response length) over training. Writes
+benchmarks/results/process_hacking<label>.json and .png, and a markdown table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from coevolve import RESULTS, coevo, evals, median_range  # noqa: E402
+
+VARIANTS = {
+    "naive": [],
+    "clip": ["aggregate={process: {steps: {transform: clip, eta: 1.0}}}"],
+    "delta": ["aggregate={process: {steps: {transform: delta}}}"],
+}
+STEPS = "token_rewards/steps/steps_mean"
+
+
+def steps_curve(rows: list[dict]) -> list[tuple[int, float]]:
+    return [(r["step"], r[STEPS]) for r in rows if r.get(STEPS) is not None]
+
+
+def window_mean(curve: list[tuple[int, float]], first: bool, k: int = 5) -> float:
+    values = [v for _, v in (curve[:k] if first else curve[-k:])]
+    return sum(values) / len(values)
+
+
+def plot(runs: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_s, ax_a) = plt.subplots(1, 2, figsize=(11, 3.8))
+    colors = {"naive": "tab:red", "clip": "tab:blue", "delta": "tab:green"}
+    for name, rs in runs.items():
+        for i, r in enumerate(rs):
+            c = steps_curve(r["rows"])
+            ax_s.plot([s for s, _ in c], [v for _, v in c], color=colors[name], alpha=0.7,
+                      label=name if i == 0 else None)
+            e = evals(r["rows"])
+            ax_a.plot([s for s, _, _ in e], [a for _, _, a in e], color=colors[name], marker="o", markersize=3,
+                      alpha=0.7, label=name if i == 0 else None)
+    ax_s.set_title("steps per response (sampled)")
+    ax_a.set_title("held-out accuracy (outcome verifier, greedy)")
+    for ax in (ax_s, ax_a):
+        ax.set_xlabel("policy step")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--label", default="")
+    parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
+    args = parser.parse_args()
+    runs: dict[str, list] = {v: [] for v in args.variants}
+    with tempfile.TemporaryDirectory(prefix="coevo-hacking-") as tmp:
+        work = Path(tmp)
+        for seed in args.seeds:  # interleaved: each seed runs every variant before the next seed
+            for v in args.variants:
+                runs[v].append(coevo("process_hacking", [f"seed={seed}", *VARIANTS[v], *args.extra],
+                                     work / f"{v}_{seed}", work / f"{v}_{seed}.log"))
+    print("\n### Naive process reward versus Clipping / Delta shaping\n")
+    print("| shaping | seeds | steps/response, first 5 steps | last 5 steps | held-out acc start | end |")
+    print("|---|---:|---:|---:|---:|---:|")
+    table = {}
+    for v, rs in runs.items():
+        first = [window_mean(steps_curve(r["rows"]), True) for r in rs]
+        last = [window_mean(steps_curve(r["rows"]), False) for r in rs]
+        start = [r["summary"].get("warmup/accuracy") for r in rs]
+        end = [evals(r["rows"])[-1][2] for r in rs]
+        table[v] = {"steps_first": first, "steps_last": last, "acc_start": start, "acc_end": end}
+        print(f"| {v} | {len(rs)} | {median_range(first)} | {median_range(last)} | {median_range(start)} | "
+              f"{median_range(end)} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"process_hacking{args.label}"
+    plot(runs, out.with_suffix(".png"))
+    slim = {v: [{k: r[k] for k in ("overrides", "wall_s", "summary", "load_avg")} |
+                {"curve": [{k: x.get(k) for k in ("step", "time_s", STEPS, "eval/accuracy", "reward/mean",
+                                                   "samples/response_length")} for x in r["rows"]]}
+                for r in rs] for v, rs in runs.items()}
+    out.with_suffix(".json").write_text(json.dumps({"machine": platform.processor() or platform.machine(),
+                                                    "seeds": args.seeds, "table": table, "runs": slim}, indent=1))
+    print(f"\nraw: {out.with_suffix('.json')}\nplot: {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
