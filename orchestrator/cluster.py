@@ -19,8 +19,15 @@ def connect(ray_cfg) -> tuple[str, bool]:
     # Workers must import the user's `module:function` code the way the driver does (a job's
     # --working-dir does this on a cluster).
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)}}
+    # An embedded cluster serves this process only: bind it (and its dashboard) to loopback, not the
+    # machine's address, unless the user asked otherwise. Ray reads this switch at import, so the
+    # already-imported module is told too; the processes it starts read the environment.
+    from ray._private import ray_constants
+
+    os.environ.setdefault(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0")
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR].lower() in ("1", "true")
     ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, runtime_env=env,
-             logging_level=logging.WARNING)
+             logging_level=logging.WARNING, dashboard_host="127.0.0.1")
     where = ray.get_runtime_context().gcs_address
     return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
 
