@@ -125,7 +125,14 @@ def plot_hacking(runs: dict, path: Path) -> None:
                       alpha=0.7, label=name if i == 0 else None)
     ax_r.set_title("reward-model score of the policy's samples")
     ax_a.set_title("held-out accuracy (verifier, never trained on)")
-    for ax in (ax_r, ax_a):
+    save_plot(fig, (ax_r, ax_a), path)
+
+
+def save_plot(fig, axes, path: Path) -> None:
+    """Shared finish of the two-panel plots: x label, grid, legend, save, close."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
         ax.set_xlabel("policy step")
         ax.grid(alpha=0.3)
         ax.legend()

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coevolve import RESULTS, coevo, evals, median_range  # noqa: E402
+from coevolve import RESULTS, coevo, evals, median_range, save_plot  # noqa: E402
 
 VARIANTS = {
     "naive": [],
@@ -57,13 +57,7 @@ def plot(runs: dict, path: Path) -> None:
                       alpha=0.7, label=name if i == 0 else None)
     ax_s.set_title("steps per response (sampled)")
     ax_a.set_title("held-out accuracy (outcome verifier, greedy)")
-    for ax in (ax_s, ax_a):
-        ax.set_xlabel("policy step")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_plot(fig, (ax_s, ax_a), path)
 
 
 def main() -> None:

@@ -277,9 +277,9 @@ class JudgeConfig(Section):
     warmup_steps: int = Field(0, ge=0)
     warmup_lr: float = Field(1e-3, gt=0)
     warmup_batch_size: int = Field(128, gt=0)
-    # share of each judging warm-up batch that repeats the task's own SFT data (keeps its skill;
-    # 0 leaves the task to the self-rewarding loop alone)
-    warmup_task_fraction: float = Field(0.0, ge=0, lt=1)
+    # share of each judging warm-up batch that repeats the task's own SFT data: without it the
+    # judge format overwrites the task (measured: held-out accuracy 0.66 -> 0.00 after 300 steps)
+    warmup_task_fraction: float = Field(0.5, ge=0, lt=1)
 
     @field_validator("template")
     @classmethod

@@ -13,8 +13,8 @@ from actors import batch as B
 from actors.modeling import char_tokenizer
 from actors.rewards.aggregate import Aggregator
 from actors.rewards.process import split_steps, step_pattern, token_positions
-from actors.verifier import Verifier
 from orchestrator.config import ConfigError, load_config, validate_config
+from test_verifier import score  # a throwaway Verifier scores one table
 
 
 def test_split_steps_keeps_the_delimiter_and_skips_empty_pieces():
@@ -51,14 +51,6 @@ def process_config(**process):
                {"name": "steps", "fn": "step_pattern", "step_delimiter": " ", "weight": 0.5}]
     return validate_config({"rewards": rewards, "rollout": {"samples_per_prompt": 2},
                             "aggregate": {"process": {"steps": process}} if process else {}})
-
-
-def score(cfg, table):
-    verifier = Verifier(cfg)
-    try:
-        return verifier.score(table)
-    finally:
-        verifier.close()
 
 
 def test_verifier_places_step_rewards_on_the_last_token_of_each_step():
