@@ -22,6 +22,22 @@ def cache_path(config) -> Path:
     return Path(config.warmup.cache_dir).expanduser().parent / "reward_models" / cache_key(config, extra)
 
 
+def warmup_config(cfg: Config) -> Config:
+    """The nested reward_model run that trains an `auto` reward model: the run's verifiers only (they
+    label the pairs), none of its aggregation (which may name the reward model itself)."""
+    data = cfg.model_dump(mode="json")
+    steps = cfg.reward_model.warmup_steps
+    data.update(recipe="reward_model", output_dir=None, aggregate={},
+                rewards=[r for r in data["rewards"]
+                         if r.get("model") is None and not r.get("judge") and not r.get("laser")],
+                roles={k: v for k, v in data["roles"].items() if k in ("generator", "verifier", "rm_learner")})
+    data["reward_model"].update(pairs_path=None, init=None)
+    data["train"].update(max_steps=steps, eval_every=max(1, steps // 4), checkpoint_every=0,
+                         max_staleness=0, stop_at_accuracy=None, dump_rollouts=False)
+    data["algorithm"]["off_policy"] = None
+    return Config.model_validate(data)
+
+
 async def resolve_reward_models(run, sources) -> None:
     """Fill `sources.reward_models` (source name -> directory), training `auto` ones if needed."""
     from orchestrator.run import Run
@@ -39,16 +55,7 @@ async def resolve_reward_models(run, sources) -> None:
         if not (cfg.reward_model.cache and (path / MARKER).is_file()):
             run.progress.print(f"reward model {spec.name!r}: warm-up on verifier-labelled pairs "
                                f"({cfg.reward_model.warmup_steps} steps) -> {path}")
-            data = cfg.model_dump(mode="json")
-            steps = cfg.reward_model.warmup_steps
-            data.update(recipe="reward_model", output_dir=None,
-                        rewards=[r for r in data["rewards"] if r.get("model") is None],
-                        roles={k: v for k, v in data["roles"].items() if k in ("generator", "verifier", "rm_learner")})
-            data["reward_model"].update(pairs_path=None, init=None)
-            data["train"].update(max_steps=steps, eval_every=max(1, steps // 4), checkpoint_every=0,
-                                 max_staleness=0, stop_at_accuracy=None, dump_rollouts=False)
-            data["algorithm"]["off_policy"] = None
-            sub_cfg = Config.model_validate(data)
+            sub_cfg = warmup_config(cfg)
             if path.exists():
                 shutil.rmtree(path)
             sub = Run(sub_cfg, path / "run", resume=False)

@@ -256,3 +256,14 @@ def test_aggregate_spec_is_checked_with_the_reward_names():
 def test_chunks_divide_the_batch():
     with pytest.raises(ConfigError, match="chunk_prompts=5 must divide"):
         load_config(None, ["rollout.chunk_prompts=5"])
+
+
+def test_the_auto_reward_model_warmup_keeps_verifiers_and_drops_aggregation_naming_the_model():
+    """`model: auto` trains a nested reward_model run; the run's gates name the reward model, which
+    that nested run does not have (it crashed before this was dropped)."""
+    from orchestrator.reward_warmup import warmup_config
+
+    cfg = load_config("mixed_rewards")
+    sub = warmup_config(cfg)
+    assert sub.recipe == "reward_model" and [r.name for r in sub.rewards] == ["correct", "format"]
+    assert sub.aggregate == {} and sub.train.max_steps == cfg.reward_model.warmup_steps
