@@ -25,6 +25,30 @@ async def greedy_accuracy(ctx, prompts=None) -> dict[str, float]:
     return out
 
 
+async def judge_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
+    """The policy-as-judge on the held-out greedy responses: its mean score, agreement and AUROC
+    against the verifier, and `eval/hacking` (1 when the judge's score rose while held-out accuracy
+    fell since the previous evaluation)."""
+    from actors import batch as B
+
+    gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
+    judge_pool = ctx.pools.get("judge", gen)
+    table, _ = await gen.call("generate", ctx.prompts.eval, greedy=True, versioned=True)
+    judged, _ = await judge_pool.call("judge", table, versioned=True)
+    scored, _ = await ver.call("score", judged)
+    scored = await scored
+    judge = scored.column(B.REWARD_PREFIX + ctx.config.judge_rewards()[0].name).to_numpy(zero_copy_only=False)
+    label = scored.column(B.REWARD_PREFIX + ctx.config.accuracy_source()).to_numpy(zero_copy_only=False)
+    ok = ~np.isnan(judge) & ~np.isnan(label)
+    out = {"eval/judge_score": float(np.mean(judge[ok])) if ok.any() else None,
+           "eval/judge_agreement": float(np.mean((judge[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None,
+           "eval/judge_auroc": auroc(judge[ok], label[ok] >= 0.5)}
+    if previous and out["eval/judge_score"] is not None and previous.get("eval/judge_score") is not None:
+        out["eval/hacking"] = float(out["eval/judge_score"] > previous["eval/judge_score"]
+                                    and accuracy["eval/accuracy"] < previous["eval/accuracy"])
+    return out
+
+
 def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
     """Area under the ROC curve of `scores` for the boolean labels `positive` (Mann-Whitney U with
     average ranks for ties): 0.5 is chance, 1 a perfect separation. None without both classes."""

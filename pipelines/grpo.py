@@ -8,7 +8,7 @@ import asyncio
 import time
 
 from orchestrator.channels import Channel
-from orchestrator.evaluation import greedy_accuracy
+from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.recipes import Recipe, Sources
 from orchestrator.roles import RoleSpec
 
@@ -60,7 +60,11 @@ class GRPO(Recipe):
         return {**metrics, "time/publish_s": time.perf_counter() - mark}
 
     async def evaluate(self, ctx) -> dict:
-        return await greedy_accuracy(ctx)
+        out = await greedy_accuracy(ctx)
+        if ctx.config.judge_rewards():  # the policy judges itself: how well, and is it being gamed
+            out.update(await judge_quality(ctx, out, getattr(self, "_last_eval", None)))
+            self._last_eval = out
+        return out
 
 
 async def publish(ctx, channel: str, version: int) -> None:

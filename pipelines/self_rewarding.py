@@ -28,7 +28,7 @@ import pyarrow as pa
 import ray
 
 from actors import batch as B
-from orchestrator.evaluation import auroc, greedy_accuracy
+from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
@@ -263,24 +263,7 @@ class SelfRewarding(GRPO):
         return {**metrics, **self.source.iteration_info, "iter/epoch": self.source.epoch}
 
     async def evaluate(self, ctx) -> dict:
-        """Held-out accuracy (the verifier, never trained on), the judge's score of the same greedy
-        responses, and their agreement; a falling accuracy under a rising judge score is flagged as
-        reward hacking."""
         out = await greedy_accuracy(ctx)
-        gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
-        table, _ = await gen.call("generate", ctx.prompts.eval, greedy=True, versioned=True)
-        judged, _ = await gen.call("judge", table, versioned=True)
-        scored, _ = await ver.call("score", judged)
-        scored = await scored
-        judge = scored.column(B.REWARD_PREFIX + ctx.config.judge_rewards()[0].name).to_numpy(zero_copy_only=False)
-        label = scored.column(B.REWARD_PREFIX + ctx.config.accuracy_source()).to_numpy(zero_copy_only=False)
-        ok = ~np.isnan(judge) & ~np.isnan(label)
-        out["eval/judge_score"] = float(np.mean(judge[ok])) if ok.any() else None
-        out["eval/judge_agreement"] = float(np.mean((judge[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None
-        out["eval/judge_auroc"] = auroc(judge[ok], label[ok] >= 0.5)
-        previous = getattr(self, "_last_eval", None)
-        if previous and out["eval/judge_score"] is not None and previous.get("eval/judge_score") is not None:
-            out["eval/hacking"] = float(out["eval/judge_score"] > previous["eval/judge_score"]
-                                        and out["eval/accuracy"] < previous["eval/accuracy"])
+        out.update(await judge_quality(ctx, out, getattr(self, "_last_eval", None)))
         self._last_eval = out
         return out
