@@ -404,3 +404,11 @@ def test_accepts_an_object_with_model_dump():
             return {"weights": {"correct": 3.0}}
     out, _ = Aggregator(Model()).apply(make_table())
     np.testing.assert_allclose(out.column("reward").to_numpy(), [3, 0, 3, 0, 0, 3])
+
+
+def test_timeouts_are_counted_apart_from_other_errors():
+    table = pa.table({"prompt_id": ["p0", "p0", "p1"],
+                      "reward.f": pa.array([1.0, None, None], pa.float32()),
+                      "reward_error.f": pa.array([None, "timed out after 1s", "ValueError: bad"], pa.string())})
+    _, metrics = Aggregator(None).apply(table)
+    assert metrics["reward/f/errors"] == 2 and metrics["reward/f/timeouts"] == 1

@@ -161,3 +161,4 @@ def test_hanging_and_memory_hungry_reward_functions_cost_one_limit_per_batch(ray
         assert row["time/verify_s"] < 3.0, row["time/verify_s"]  # about one time limit (1 s), not one per hanging sample
         assert row["samples/lost"] == 0
     assert sum(r["reward/hang/errors"] for r in rows) > 0 and sum(r["reward/mem/errors"] for r in rows) > 0
+    assert sum(r["reward/hang/timeouts"] for r in rows) > 0  # counted apart from other errors

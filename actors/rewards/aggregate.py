@@ -63,7 +63,8 @@ scalar `reward` does not include process rewards: the advantage estimator adds `
 
 Metrics (a flat dict): per scalar source `reward/<s>/mean`, `/std` (over raw values of samples
 that did not fail; omitted when there are none), `/null_frac` (rows with no usable value,
-whatever the reason), `/errors` (non-null `reward_error.<s>`), `/nonfinite` (only when > 0),
+whatever the reason), `/errors` (non-null `reward_error.<s>`), `/timeouts` (of those, the time
+limit), `/nonfinite` (only when > 0),
 `/gate_open_frac` (gated sources); `reward/mean`, `reward/std`; with select
 `reward/pareto/front_frac` and `reward/pareto/masked` (rows with `reward_mask` False); per process
 source `token_rewards/<p>/step_mean`, `/step_std`, `/steps_mean` (steps per scored row),
@@ -396,6 +397,7 @@ class Aggregator:
             if name.startswith(B.REWARD_ERROR_PREFIX):
                 s = name[len(B.REWARD_ERROR_PREFIX):]
                 metrics.setdefault(f"reward/{s}/errors", _non_null(table, name))
+                metrics.setdefault(f"reward/{s}/timeouts", _timeouts(table, name))
         values = {s: raw[s].copy() for s in sources}
         groups = self._groups(table) if self._needs_groups() else None
 
@@ -592,6 +594,12 @@ def _non_null(table: pa.Table, name: str) -> int:
     return int(table.num_rows - table.column(name).null_count)
 
 
+def _timeouts(table: pa.Table, name: str) -> int:
+    """Errors that are the reward pool's time limit ("timed out after ...")."""
+    hits = pc.starts_with(_combined(table.column(name)).cast(pa.string()), "timed out")
+    return int(pc.sum(hits.fill_null(False)).as_py() or 0)
+
+
 def _read_source(table: pa.Table, s: str) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """(values with NaN for unusable, failed mask, metrics) of `reward.<s>`."""
     n = table.num_rows
@@ -608,7 +616,8 @@ def _read_source(table: pa.Table, s: str) -> tuple[np.ndarray, np.ndarray, dict[
     v = np.where(failed | null, np.nan, v)
     usable = ~np.isnan(v)
     metrics: dict[str, float] = {f"reward/{s}/null_frac": float(1 - usable.mean()) if n else 0.0,
-                                 f"reward/{s}/errors": int(has_error.sum())}
+                                 f"reward/{s}/errors": int(has_error.sum()),
+                                 f"reward/{s}/timeouts": _timeouts(table, err_name) if err_name in table.schema.names else 0}
     if usable.any():
         metrics[f"reward/{s}/mean"] = float(v[usable].mean())
         metrics[f"reward/{s}/std"] = float(v[usable].std())
