@@ -7,7 +7,8 @@
 Each experiment runs `coevo run` as a subprocess (embedded Ray, this machine's CPUs), reads the run's
 metrics.jsonl and writes raw numbers to benchmarks/results/coevolve_<experiment>.json, a plot to
 benchmarks/results/coevolve_<experiment>.png, and a markdown table to stdout. Extra `key=value`
-overrides after `--` go to every run. Held-out accuracy is always the verifier's greedy accuracy on
+overrides after the experiment go to every run (options first:
+`coevolve.py --label _dr hacking algorithm.advantage=dr_grpo`). Held-out accuracy is always the verifier's greedy accuracy on
 the held-out prompts, which no run trains on.
 """
 
@@ -43,6 +44,29 @@ def coevo(config: str, overrides: list[str], out: Path, log: Path) -> dict:
     summary = json.loads((out / "summary.json").read_text())
     return {"config": config, "overrides": overrides, "wall_s": wall, "summary": summary, "rows": rows,
             "load_avg": os.getloadavg()[0]}
+
+
+def variants_cli(doc: str, variants: dict[str, list[str]]) -> argparse.Namespace:
+    """The command line of a variants-by-seeds benchmark (process_hacking.py, reward_layer.py)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=list(variants), choices=list(variants))
+    parser.add_argument("--label", default="")
+    parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
+    return parser.parse_args()
+
+
+def run_variants(config: str, variants: dict[str, list[str]], args: argparse.Namespace) -> dict[str, list]:
+    """Every chosen variant for one seed before the next seed (interleaved, so machine noise hits all
+    variants alike); returns variant -> runs in seed order."""
+    runs: dict[str, list] = {v: [] for v in args.variants}
+    with tempfile.TemporaryDirectory(prefix=f"coevo-{config}-") as tmp:
+        work = Path(tmp)
+        for seed in args.seeds:
+            for i, v in enumerate(args.variants):
+                runs[v].append(coevo(config, [f"seed={seed}", *variants[v], *args.extra],
+                                     work / f"{i}_{seed}", work / f"{i}_{seed}.log"))
+    return runs
 
 
 def evals(rows: list[dict], key: str = "eval/accuracy") -> list[tuple[int, float, float]]:

@@ -12,15 +12,13 @@ benchmarks/results/process_hacking<label>.json and .png, and a markdown table to
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coevolve import RESULTS, coevo, evals, median_range, save_plot  # noqa: E402
+from coevolve import RESULTS, evals, median_range, run_variants, save_plot, variants_cli  # noqa: E402
 
 VARIANTS = {
     "naive": [],
@@ -61,19 +59,8 @@ def plot(runs: dict, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--label", default="")
-    parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
-    args = parser.parse_args()
-    runs: dict[str, list] = {v: [] for v in args.variants}
-    with tempfile.TemporaryDirectory(prefix="coevo-hacking-") as tmp:
-        work = Path(tmp)
-        for seed in args.seeds:  # interleaved: each seed runs every variant before the next seed
-            for v in args.variants:
-                runs[v].append(coevo("process_hacking", [f"seed={seed}", *VARIANTS[v], *args.extra],
-                                     work / f"{v}_{seed}", work / f"{v}_{seed}.log"))
+    args = variants_cli(__doc__, VARIANTS)
+    runs = run_variants("process_hacking", VARIANTS, args)
     print("\n### Naive process reward versus Clipping / Delta shaping\n")
     print("| shaping | seeds | steps/response, first 5 steps | last 5 steps | held-out acc start | end |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -10,15 +10,13 @@ Writes benchmarks/results/reward_layer<label>.json and a markdown table to stdou
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coevolve import RESULTS, coevo, evals, median_range  # noqa: E402
+from coevolve import RESULTS, evals, median_range, run_variants, variants_cli  # noqa: E402
 
 GATES = "gate: [{source: rm, when: correct, threshold: 1.0}, {source: format, when: correct, threshold: 1.0}]"
 VARIANTS = {
@@ -30,19 +28,8 @@ VARIANTS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--label", default="")
-    parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
-    args = parser.parse_args()
-    runs: dict[str, list] = {v: [] for v in args.variants}
-    with tempfile.TemporaryDirectory(prefix="coevo-reward-layer-") as tmp:
-        work = Path(tmp)
-        for seed in args.seeds:  # interleaved: every variant for a seed before the next seed
-            for i, v in enumerate(args.variants):
-                runs[v].append(coevo("mixed_rewards", [f"seed={seed}", *VARIANTS[v], *args.extra],
-                                     work / f"{i}_{seed}", work / f"{i}_{seed}.log"))
+    args = variants_cli(__doc__, VARIANTS)
+    runs = run_variants("mixed_rewards", VARIANTS, args)
     print("\n### Reward aggregation: gating, Parrot, PAR\n")
     print("| aggregation | seeds | held-out acc start | end | best | RL wall s |")
     print("|---|---:|---:|---:|---:|---:|")
