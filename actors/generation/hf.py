@@ -72,19 +72,8 @@ class HFBackend:
                 after = torch.where(fill, torch.log_softmax(logits.float(), dim=-1)[:, next_token], after)
             if last:
                 break
-        tokens, logprobs = torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1)
-        is_eos = torch.isin(tokens, eos)
-        has_eos = is_eos.any(dim=1)
-        lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, tokens.shape[1])
-        keep = torch.arange(tokens.shape[1], device=dev)[None, :] < lengths[:, None]
-        return Samples(
-            prompt_ids=prompt_ids,
-            response_ids=tokens[keep].cpu().numpy().astype(np.int32),
-            response_lengths=lengths.cpu().numpy().astype(np.int64),
-            logprobs=logprobs[keep].cpu().numpy().astype(np.float32),
-            finish_reason=["stop" if e else "length" for e in has_eos.tolist()],
-            next_logprobs=None if next_token is None else after.cpu().numpy().astype(np.float32),
-        )
+        return _samples(prompt_ids, torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1), eos,
+                        None if next_token is None else after)
 
     @torch.no_grad()
     def generate_hf(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
@@ -108,17 +97,7 @@ class HFBackend:
         # Behaviour log-probs: the processed scores are exactly what was sampled from.
         scores = torch.stack(out.scores, dim=1).float()
         logprobs = torch.log_softmax(scores, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        is_eos = torch.isin(tokens, torch.tensor(self.eos_ids, device=tokens.device))
-        has_eos = is_eos.any(dim=1)
-        lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, tokens.shape[1])
-        keep = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]
-        return Samples(
-            prompt_ids=prompt_ids,
-            response_ids=tokens[keep].cpu().numpy().astype(np.int32),
-            response_lengths=lengths.cpu().numpy().astype(np.int64),
-            logprobs=logprobs[keep].cpu().numpy().astype(np.float32),
-            finish_reason=["stop" if e else "length" for e in has_eos.tolist()],
-        )
+        return _samples(prompt_ids, tokens, logprobs, torch.tensor(self.eos_ids, device=tokens.device))
 
     def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
         ends = np.cumsum(lengths)
@@ -127,3 +106,21 @@ class HFBackend:
 
     def load_weights(self, payload: dict, version: int) -> None:
         load_state(self.model, payload, version, where="generator's model")
+
+
+def _samples(prompt_ids, tokens: torch.Tensor, logprobs: torch.Tensor, eos: torch.Tensor,
+             after: torch.Tensor | None = None) -> Samples:
+    """Cut each row of sampled `tokens` [N, T] after its first end-of-sequence token (kept) into the
+    flat Samples layout."""
+    is_eos = torch.isin(tokens, eos)
+    has_eos = is_eos.any(dim=1)
+    lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, tokens.shape[1])
+    keep = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]
+    return Samples(
+        prompt_ids=prompt_ids,
+        response_ids=tokens[keep].cpu().numpy().astype(np.int32),
+        response_lengths=lengths.cpu().numpy().astype(np.int64),
+        logprobs=logprobs[keep].cpu().numpy().astype(np.float32),
+        finish_reason=["stop" if e else "length" for e in has_eos.tolist()],
+        next_logprobs=None if after is None else after.cpu().numpy().astype(np.float32),
+    )
