@@ -375,9 +375,10 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def machine_info() -> dict:
+def machine_info(modules=("torch", "ray", "transformers", "pyarrow", "psutil")) -> dict:
+    """The machine and the versions of `modules`, recorded with every benchmark result."""
     versions = {}
-    for mod in ("torch", "ray", "transformers", "pyarrow", "psutil"):
+    for mod in modules:
         try:
             versions[mod] = __import__(mod).__version__
         except Exception:  # noqa: BLE001
@@ -390,7 +391,9 @@ def machine_info() -> dict:
     return {"hostname": platform.node(), "platform": platform.platform(), "cpu_model": cpu_model,
             "cpu_count_logical": os.cpu_count(), "cpu_count_physical": psutil.cpu_count(logical=False),
             "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "ram_gib": psutil.virtual_memory().total / GIB, "python": platform.python_version(), **versions}
+            "ram_gib": round(psutil.virtual_memory().total / GIB, 1), "python": platform.python_version(),
+            "niceness": os.nice(0),  # under `nice`, other processes' load weighs far more on the timings
+            **versions}
 
 
 def main(argv: list[str] | None = None) -> int:

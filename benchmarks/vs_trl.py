@@ -441,25 +441,10 @@ def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args)
 # --------------------------------------------------------------------------- report
 
 def machine_info() -> dict:
-    import psutil
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from learning_curve import machine_info as describe
 
-    versions = {}
-    for mod in ("torch", "transformers", "trl", "accelerate", "datasets", "ray", "pyarrow"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
-            versions[mod] = None
-    cpu_model = platform.processor()
-    try:
-        cpu_model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"hostname": platform.node(), "platform": platform.platform(), "cpu_model": cpu_model,
-            "cpu_count_logical": os.cpu_count(),
-            "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "ram_gib": round(psutil.virtual_memory().total / 2 ** 30, 1), "python": platform.python_version(),
-            "niceness": os.nice(0),  # under `nice`, other processes' load weighs far more on the timings
-            **versions}
+    return describe(("torch", "transformers", "trl", "accelerate", "datasets", "ray", "pyarrow"))
 
 
 def coevo_source() -> dict:
