@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 import ray
 
 from actors import batch as B
+from actors.rewards.aggregate import TOKEN_REWARD_PREFIX
+from actors.rewards.process import split_steps, step_rewards_row, token_positions
 
 # Columns a reward function does not get: prompt, response and dataset columns pass through.
 NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "response"}
@@ -55,12 +57,13 @@ class Verifier:
                     if "labelled" in table.schema.names else np.ones(table.num_rows, dtype=bool))
         items, slots = [], []  # slots: (source, row indices the item's value(s) go to)
         steps_at: dict[str, dict[int, np.ndarray]] = {}  # process source -> row -> step token positions
+        pieces: dict[int, list[str]] = {}  # row -> its response tokens decoded one by one (shared by sources)
         step_errors: dict[str, dict[int, str]] = {}
         for spec in self.specs:
             if spec.name in self.process:
                 steps_at[spec.name], step_errors[spec.name] = {}, {}
                 for i in np.nonzero(labelled)[0]:
-                    steps, where = self._steps(table, int(i), rows[i]["response"], self.process[spec.name])
+                    steps, where = self._steps(table, int(i), rows[i]["response"], self.process[spec.name], pieces)
                     if where is None:
                         step_errors[spec.name][int(i)] = steps
                         continue
@@ -96,7 +99,6 @@ class Verifier:
                 for i in idx:
                     errors[source][i] = error
             elif source in self.process:
-                from actors.rewards.process import step_rewards_row
                 i = int(idx[0])
                 n_tokens = len(table.column("response_ids")[i])
                 tokens[source][i] = step_rewards_row(value, steps_at[source][i], n_tokens)
@@ -107,7 +109,6 @@ class Verifier:
         info = {"busy_s": 0.0, "rows": table.num_rows}
         for spec in self.specs:
             if spec.name in self.process:  # step rewards at token positions; no scalar reward column
-                from actors.rewards.aggregate import TOKEN_REWARD_PREFIX
                 table = B.replace_column(table, TOKEN_REWARD_PREFIX + spec.name,
                                          pa.array(tokens[spec.name], pa.list_(pa.float32())))
                 table = B.replace_column(table, B.REWARD_ERROR_PREFIX + spec.name,
@@ -124,15 +125,15 @@ class Verifier:
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
 
-    def _steps(self, table: pa.Table, i: int, response, delimiter: str):
+    def _steps(self, table: pa.Table, i: int, response, delimiter: str, cache: dict):
         """(step texts, their last tokens' positions) of row i, or (reason, None) when the response
         cannot be split and mapped onto its tokens."""
-        from actors.rewards.process import split_steps, token_positions
-
         if not isinstance(response, str) or response == "":
             return "empty or undecodable response: no steps", None
-        ids = table.column("response_ids")[i].as_py()
-        pieces = [self.tokenizer.decode([t], skip_special_tokens=True) for t in ids]
+        if i not in cache:
+            cache[i] = [self.tokenizer.decode([t], skip_special_tokens=True)
+                        for t in table.column("response_ids")[i].as_py()]
+        pieces = cache[i]
         if delimiter == "":  # every token is a step
             keep = [k for k, p in enumerate(pieces) if p]
             return [pieces[k] for k in keep], np.array(keep, dtype=np.int64)
