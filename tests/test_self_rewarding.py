@@ -105,3 +105,20 @@ def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) ->
     dump = pd.read_parquet(co / "rollouts" / "step_2.parquet")
     twins = dump.groupby("pair_id")["prompt_id"].nunique()
     assert (twins == 2).any()  # a question and its twin were sampled and scored together
+
+
+@pytest.mark.slow
+def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, warm_cache, tmp_path) -> None:
+    """GRPO whose reward is the policy's own judgment reports how good the judge is, and flags
+    hacking between evaluations. Run without the loopback switch in the environment: the embedded
+    cluster binds to 127.0.0.1 by itself."""
+    env = {k: v for k, v in ray_env.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    run_dir = tmp_path / "run"
+    out = coevo(small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
+                      "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=4",
+                      "train.eval_every=2", "--output-dir", str(run_dir)), env, tmp_path)
+    assert "started a local Ray cluster (2 CPUs, 127.0.0.1:" in out
+    evals = [r for r in read_metrics(run_dir) if "eval/accuracy" in r]
+    assert [r["step"] for r in evals] == [2, 4]
+    assert all(0 <= r["eval/judge_score"] <= 1 and "eval/judge_auroc" in r for r in evals)
+    assert "eval/hacking" not in evals[0] and evals[1]["eval/hacking"] in (0.0, 1.0)
