@@ -349,8 +349,12 @@ class Learner(Trainable):
 
     # ---- supervised warm-up ----------------------------------------------------------------------
     def sft_steps(self, batches: list[pa.Table], lr: float) -> float:
-        """Several warm-up steps in one call (fewer round trips); returns the last loss."""
-        return [self.sft_step(b, lr) for b in batches][-1]["warmup/loss"]
+        """Several warm-up steps in one call (fewer round trips); returns the last loss. The warm-up
+        runs alone, so it takes every core even where async training shares them with generators."""
+        from actors.runtime import torch_threads
+
+        with torch_threads(self.alone_threads):
+            return [self.sft_step(b, lr) for b in batches][-1]["warmup/loss"]
 
     def _answer_sequences(self, prompts: pa.Table):
         """The prompts with their reference answers (+ EOS) as responses, as padded tensors."""

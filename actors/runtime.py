@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -18,3 +19,14 @@ def setup_torch(threads: int, seed: int, want_gpu: bool = False) -> str:
     if want_gpu and not torch.cuda.is_available():
         raise RuntimeError("num_gpus > 0 was asked for but torch sees no CUDA device here")
     return "cuda" if want_gpu else "cpu"
+
+
+@contextmanager
+def torch_threads(threads: int):
+    """Run a block with `threads` torch threads (0: every core), then restore the previous count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

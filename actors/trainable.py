@@ -36,6 +36,8 @@ class Trainable:
         self.config = config
         self.device = setup_torch(role.get("threads", 0) or config.train.threads, config.seed + seed_offset,
                                   want_gpu=role.get("num_gpus", 0) > 0)
+        self.alone_threads = role["alone_threads"] if "alone_threads" in role else \
+            (role.get("threads", 0) or config.train.threads)
         self.version = 0
 
     def ping(self) -> int:

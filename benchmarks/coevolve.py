@@ -84,25 +84,32 @@ def median_range(values: list[float]) -> str:
 def exp_rm(args, work: Path) -> dict:
     """A reward model from verifier-labelled pairs of the warm policy's samples; then GRPO whose only
     reward is that reward model (the verifier, weight 0, only measures)."""
-    rm = coevo("reward_model", [f"train.max_steps={args.rm_steps}", "train.eval_every=10", *args.extra],
-               work / "rm", work / "rm.log")
-    rm_dir = Path(rm["summary"]["final_checkpoint"]) / "rm_learner"
+    if args.rm_dir:  # a reward model trained earlier (its run's metrics.jsonl sits beside it, if kept)
+        rm_dir = Path(args.rm_dir)
+        metrics = rm_dir / "metrics.jsonl"
+        rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.is_file() else []
+        rm = {"config": "reward_model", "reused": str(rm_dir), "rows": rows}
+    else:
+        rm = coevo("reward_model", [f"train.max_steps={args.rm_steps}", "train.eval_every=10", *args.extra],
+                   work / "rm", work / "rm.log")
+        rm_dir = Path(rm["summary"]["final_checkpoint"]) / "rm_learner"
     runs = []
     for seed in args.seeds:
         runs.append(coevo("grpo_addition", [
             f"rewards=[{{name: rm, model: '{rm_dir}'}}, {{name: correct, fn: integer_match, weight: 0}}]",
             "verifier.accuracy_source=correct", "train.stop_at_accuracy=null", f"train.max_steps={args.steps}",
-            f"seed={seed}", *args.extra], work / f"grpo_rm_{seed}", work / f"grpo_rm_{seed}.log"))
+            f"seed={seed}", *args.extra, *args.grpo.split()], work / f"grpo_rm_{seed}", work / f"grpo_rm_{seed}.log"))
     acc = [evals(r["rows"], "eval/pair_accuracy") for r in [rm]][0]
     print("\n### Bradley-Terry reward model on verifier-labelled pairs\n")
     print("| step | held-out pair accuracy |\n|---:|---:|")
     for step, _, a in acc:
         print(f"| {step} | {a:.3f} |")
     print("\n### GRPO with the reward model as the only reward\n")
-    print("| seed | warm-start accuracy | final accuracy | reward (rm) first -> last |\n|---:|---:|---:|---:|")
+    print("| seed | warm-start accuracy | final accuracy | best | reward (rm) first -> last |\n|---:|---:|---:|---:|---:|")
     for seed, r in zip(args.seeds, runs):
         e = evals(r["rows"])
         print(f"| {seed} | {r['summary'].get('warmup/accuracy', float('nan')):.3f} | {e[-1][2]:.3f} | "
+              f"{max(a for _, _, a in e):.3f} | "
               f"{r['rows'][0]['reward/rm/mean']:.3f} -> {r['rows'][-1]['reward/rm/mean']:.3f} |")
     return {"reward_model": rm, "grpo_with_rm": runs}
 
@@ -192,6 +199,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rm-steps", type=int, default=100)
+    parser.add_argument("--rm-dir", help="rm: reuse this reward model instead of training one")
+    parser.add_argument("--grpo", default="", help="rm: overrides for the GRPO runs only, space-separated")
     parser.add_argument("--label", default="")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args()

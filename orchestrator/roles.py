@@ -37,6 +37,9 @@ class RoleSpec:
     num_gpus: float = 0
     threads: int = 0
     max_restarts: int = 10
+    # threads picked for overlapped stages rather than by the user: a phase that runs alone (the
+    # SFT warm-up, before generation starts) may use every core
+    shared_threads: bool = False
 
     @property
     def learner(self) -> bool:
@@ -73,6 +76,7 @@ def resolve(spec: RoleSpec, override, config=None) -> RoleSpec:
     if not spec.threads and config is not None:
         overlapping = config.train.max_staleness > 0
         spec.threads = config.train.threads or (max(1, int(spec.num_cpus)) if overlapping else 0)
+        spec.shared_threads = overlapping and not config.train.threads
     return spec
 
 
@@ -85,6 +89,7 @@ class Pool:
                                          max_restarts=spec.max_restarts, max_task_retries=0)
         self.replicas = [
             Replica(remote.remote(config, *spec.args, role={"name": name, "replica": i, "threads": spec.threads,
+                                                           "alone_threads": 0 if spec.shared_threads else spec.threads,
                                                            "num_gpus": spec.num_gpus}, **spec.kwargs), i)
             for i in range(spec.replicas)]
         self.version = 0

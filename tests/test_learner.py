@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 
 import numpy as np
@@ -254,6 +255,24 @@ def test_sft_step_lowers_loss(config, prompts):
     assert losses[-1] < 0.8 * losses[0], losses
     learner.end_warmup()
     assert learner._sft_lr is None
+
+
+def test_async_warm_up_uses_every_core_then_gives_them_back(config, prompts):
+    """Async roles get one torch thread each (they share the cores), but the SFT warm-up runs alone:
+    it takes every core, and training afterwards is back on the role's share."""
+    from orchestrator.config import load_config
+    from orchestrator.roles import RoleSpec, resolve
+
+    spec = resolve(RoleSpec("actors.learner:Learner"), None,
+                   load_config(None, ["train.max_staleness=1", "algorithm.off_policy=tis"]))
+    assert spec.threads == 1 and spec.shared_threads
+    assert not resolve(RoleSpec("actors.learner:Learner"), None, load_config(None, [])).shared_threads
+    learner = Learner(config, role={"threads": 1, "alone_threads": 0})
+    seen = []
+    step = learner.sft_step
+    learner.sft_step = lambda batch, lr: (seen.append(torch.get_num_threads()), step(batch, lr))[1]
+    learner.sft_steps([prompts, prompts], lr=1e-3)
+    assert seen == [os.cpu_count()] * 2 and torch.get_num_threads() == 1
 
 
 def test_repeated_uid_is_refused():
