@@ -1,0 +1,169 @@
+"""In-process probes behind README statements about reward models and self-rewards (no Ray).
+
+    python benchmarks/probes.py rm-pairs WARM_DIR [--pairs-per-prompt 4] [--lr 3e-4] [--steps 200]
+        Bradley-Terry training of a scalar head on the warm policy, on pairs of a correct and a wrong
+        sample of the same training prompt; each step takes batch/pairs_per_prompt distinct prompts.
+        Prints held-out pair accuracy every --every steps (how many distinct prompts a step matters).
+    python benchmarks/probes.py majority WARM_DIR
+        How often the majority answer of 8 samples (temperature 1) is right, by vote share: the
+        label quality that majority-vote training gets from this policy.
+    python benchmarks/probes.py laser-groups POLICY_DIR [--recipe laser]
+        Within-prompt ranking of a LaSeR self-reward: 8 samples for each of 100 held-out prompts; the
+        fraction of (correct, wrong) pairs of one prompt the self-reward orders correctly, best-of-8.
+
+WARM_DIR is a cached SFT warm-up (~/.cache/coevo/warmup/<hash>); POLICY_DIR a saved policy
+(`<run>/checkpoints/final/policy_learner`). Output: JSON lines on stdout. Raw outputs of the runs the
+README quotes: benchmarks/results/probes/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from actors import modeling  # noqa: E402
+from orchestrator.data import arithmetic  # noqa: E402
+
+
+def sample(policy, tokenizer, prompts: list[str], n: int = 8, seed: int = 0) -> list[list[str]]:
+    """n sampled responses per prompt (temperature 1, no truncation), decoded."""
+    torch.manual_seed(seed)
+    out = []
+    for i in range(0, len(prompts), 500):
+        chunk = prompts[i:i + 500]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            ids = policy.generate(**enc, do_sample=True, temperature=1.0, top_k=0, max_new_tokens=5,
+                                  num_return_sequences=n, pad_token_id=tokenizer.pad_token_id,
+                                  eos_token_id=tokenizer.eos_token_id)
+        texts = tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        out += [texts[j * n:(j + 1) * n] for j in range(len(chunk))]
+    return out
+
+
+def rm_pairs(args) -> None:
+    from actors.algorithms.preference import bradley_terry
+    from actors.reward_model import score_ids
+
+    tasks = arithmetic(2, ["+"], 200, 0)
+    policy, tok = modeling.load_model(args.warm), modeling.load_tokenizer(args.warm)
+    rng = np.random.default_rng(args.seed)
+
+    def pairs(table):  # (prompt, correct, [wrong samples]) for prompts with both
+        prompts, answers = table.column("prompt").to_pylist(), table.column("answer").to_pylist()
+        out = []
+        for p, a, s in zip(prompts, answers, sample(policy, tok, prompts, seed=args.seed)):
+            wrong = [x for x in s if x.strip() != a]
+            if wrong and len(wrong) < len(s):
+                out.append((p, a, wrong))
+        return out
+
+    train, held = pairs(tasks.train), pairs(tasks.eval)
+    rm, _ = modeling.load_reward_model(args.warm, seed=args.seed)
+    rm.train()
+    opt = torch.optim.AdamW(rm.parameters(), lr=args.lr, weight_decay=0.0)
+
+    def scores(texts):
+        return score_ids(rm, tok(texts, add_special_tokens=False)["input_ids"], tok.pad_token_id, "cpu")
+
+    def held_out():
+        rm.eval()
+        with torch.no_grad():
+            good, bad = scores([p + g for p, g, _ in held]), scores([p + w[0] for p, _, w in held])
+        rm.train()
+        return float((good > bad).float().mean())
+
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        idx = np.repeat(rng.integers(len(train), size=args.batch // args.pairs_per_prompt), args.pairs_per_prompt)
+        chosen = [train[i][0] + train[i][1] for i in idx]
+        rejected = [train[i][0] + train[i][2][rng.integers(len(train[i][2]))] for i in idx]
+        x = scores(chosen + rejected)
+        loss, _ = bradley_terry(x[:len(idx)], x[len(idx):])
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(rm.parameters(), 1.0)
+        opt.step()
+        if step % args.every == 0:
+            print(json.dumps({"step": step, "s": round(time.perf_counter() - start, 1), "loss": round(loss.item(), 3),
+                              "held_out_pair_accuracy": held_out()}), flush=True)
+
+
+def majority(args) -> None:
+    tasks = arithmetic(2, ["+"], 200, 0)
+    policy, tok = modeling.load_model(args.warm), modeling.load_tokenizer(args.warm)
+    prompts = tasks.train.column("prompt").to_pylist()[:args.prompts]
+    answers = tasks.train.column("answer").to_pylist()[:args.prompts]
+    rows = []  # (top share, majority right, tie, per-sample accuracy)
+    for a, s in zip(answers, sample(policy, tok, prompts, seed=args.seed)):
+        top = Counter(s).most_common(2)
+        rows.append((top[0][1] / len(s), top[0][0] == a, len(top) == 2 and top[0][1] == top[1][1],
+                     sum(x == a for x in s) / len(s)))
+    r = np.array(rows, dtype=float)
+    untied = r[:, 2] == 0
+    out = {"per_sample_accuracy": r[:, 3].mean(), "majority_right": r[untied, 1].mean(), "ties": r[:, 2].mean()}
+    for share in (0.5, 0.625, 0.75, 0.875, 1.0):
+        m = (r[:, 0] >= share - 1e-9) & untied
+        out[f"share>={share}"] = {"groups": m.mean(), "majority_right": r[m, 1].mean()}
+    print(json.dumps(out))
+
+
+def laser_groups(args) -> None:
+    from actors import batch as B
+    from actors.generator import Generator
+    from actors.verifier import Verifier
+    from orchestrator.config import load_config
+    from orchestrator.data import load_prompts
+
+    cfg = load_config(args.recipe, [])
+    gen, ver = Generator(cfg, args.policy), Verifier(cfg)
+    table, _ = gen.generate(load_prompts(cfg.data, cfg.seed).eval.slice(0, 100), n=8, seq=-5)
+    table, _ = ver.score(table)
+    lp = table.column("laser_logprob").to_numpy(zero_copy_only=False)
+    right = table.column(B.REWARD_PREFIX + cfg.accuracy_source()).fill_null(0).to_numpy(zero_copy_only=False) >= 0.5
+    groups = B.group_index(table)
+    best, ordered, pairs = [], 0, 0
+    for g in np.unique(groups):
+        rows = np.nonzero(groups == g)[0]
+        best.append(right[rows[np.argmax(lp[rows])]])
+        good, bad = lp[rows][right[rows]], lp[rows][~right[rows]]
+        ordered += int((good[:, None] > bad[None, :]).sum())
+        pairs += len(good) * len(bad)
+    print(json.dumps({"random_pick_accuracy": float(right.mean()), "best_of_8_accuracy": float(np.mean(best)),
+                      "within_prompt_pairs_ordered": ordered / max(pairs, 1), "pairs": pairs}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="probe", required=True)
+    p = sub.add_parser("rm-pairs")
+    p.add_argument("warm")
+    p.add_argument("--pairs-per-prompt", type=int, default=1)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--every", type=int, default=25)
+    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("majority")
+    p.add_argument("warm")
+    p.add_argument("--prompts", type=int, default=1500)
+    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("laser-groups")
+    p.add_argument("policy")
+    p.add_argument("--recipe", default="laser")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    {"rm-pairs": rm_pairs, "majority": majority, "laser-groups": laser_groups}[args.probe](args)
+
+
+if __name__ == "__main__":
+    main()
