@@ -162,3 +162,32 @@ def test_hanging_and_memory_hungry_reward_functions_cost_one_limit_per_batch(ray
         assert row["samples/lost"] == 0
     assert sum(r["reward/hang/errors"] for r in rows) > 0 and sum(r["reward/mem/errors"] for r in rows) > 0
     assert sum(r["reward/hang/timeouts"] for r in rows) > 0  # counted apart from other errors
+
+
+@pytest.mark.slow
+def test_async_run_bounds_staleness_and_survives_a_killed_generator(ray_env, warm_cache, tmp_path) -> None:
+    """Async mode (generation overlapped with training, one version of staleness, TIS, two
+    mini-batches): every step trains on samples at most one version behind the learner, some steps
+    really are behind (the stages overlap), and a generator killed mid-run loses nothing."""
+    import pandas as pd
+
+    mark = uuid.uuid4().hex
+    run_dir = tmp_path / "run"
+    steps = 20
+    proc = start(small(warm_cache, f"train.max_steps={steps}", f"train.eval_every={steps}", "train.dump_rollouts=true",
+                       "train.max_staleness=1", "algorithm.off_policy=tis", "algorithm.mini_batches=2",
+                       "--output-dir", str(run_dir)), {**ray_env, MARK: mark}, tmp_path)
+    wait_for(lambda: steps_logged(run_dir) >= 5, 240, "step 5", proc)
+    pids = actor_pids(mark, "Generator")
+    assert pids, "no generator process found"
+    os.kill(pids[0], signal.SIGKILL)
+    out = finish(proc, 300)
+    assert proc.returncode == 0, out[-6000:]
+    check_no_loss(run_dir, steps)
+    rows = read_metrics(run_dir)
+    assert all(r["policy/staleness_max"] <= 1 for r in rows)
+    assert any(r["policy/staleness_max"] == 1 for r in rows), "generation never overlapped training"
+    assert rows[-1]["role/generator/failures"] >= 1
+    for step in range(1, steps + 1):  # the learner holds version step-1 when it trains step `step`
+        versions = pd.read_parquet(run_dir / "rollouts" / f"step_{step}.parquet", columns=["policy_version"])
+        assert versions["policy_version"].min() >= step - 2, (step, versions["policy_version"].min())
