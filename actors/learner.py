@@ -16,7 +16,7 @@ import ray
 import torch
 
 from actors import batch as B
-from actors.trainable import Trainable
+from actors.trainable import Trainable, adamw, clip_grad_norm
 
 log = logging.getLogger("coevo.learner")
 REFERENCE_DIR = "reference"
@@ -48,7 +48,7 @@ class Learner(Trainable):
             self.laser_token = single_token(self.tokenizer, config.laser.token, "laser.token")
 
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=self.algo.weight_decay)
+        return adamw(self.model.parameters(), lr=lr, weight_decay=self.algo.weight_decay)
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str, optimizer: bool = True) -> str:
@@ -242,7 +242,7 @@ class Learner(Trainable):
                 part["pg_loss"] += (pg * m).sum().item()
                 part["clip_frac"] += (stats["clip_frac"] * m).sum().item()
                 part["is_weight"] += (stats["is_weight"] * m).sum().item()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.grad_clip)
+        grad_norm = clip_grad_norm(self.model, self.algo.grad_clip)
         if finite and torch.isfinite(grad_norm):
             self.optimizer.step()
         else:
@@ -340,7 +340,7 @@ class Learner(Trainable):
             log.warning("non-finite preference loss %s: step skipped", float(total))
             return {"version": self.version, "pref/step_skipped": 1.0}
         total.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.algo.grad_clip)
+        grad_norm = clip_grad_norm(self.model, self.algo.grad_clip)
         self.optimizer.step()
         self.version += 1
         out = {"version": self.version, "pref/loss": total.item(), "pref/pairs": n, "train/grad_norm": float(grad_norm)}
@@ -376,20 +376,39 @@ class Learner(Trainable):
         self.model.train()
         return float(right.all(dim=1).float().mean())
 
+    def _packed_answers(self, prompts: pa.Table) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt + reference answer + EOS per row, right-padded as one sequence: the padding follows
+        every real token, so causal attention needs no mask (SDPA's causal path, about 10 % faster a
+        step here) and the default positions are right. Returns inputs [B, T-1] and their next-token
+        targets [B, T-1], -100 outside the answers. Token ids are cached: the warm-up revisits prompts."""
+        cache = self.__dict__.setdefault("_token_cache", {})
+        texts = prompts.column("prompt").to_pylist() + [str(a) for a in prompts.column("answer").to_pylist()]
+        missing = list({t for t in texts if t not in cache})
+        if missing:
+            cache.update(zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"]))
+        n, eos = prompts.num_rows, self.tokenizer.eos_token_id
+        seqs = [(cache[texts[i]], cache[texts[n + i]] + [eos]) for i in range(n)]
+        width = max(len(p) + len(a) for p, a in seqs)
+        ids = torch.full((n, width), self.tokenizer.pad_token_id, dtype=torch.long)
+        targets = torch.full((n, width), -100, dtype=torch.long)
+        for i, (p, a) in enumerate(seqs):
+            ids[i, :len(p) + len(a)] = torch.tensor(p + a)
+            targets[i, len(p) - 1:len(p) + len(a) - 1] = torch.tensor(a)
+        return ids[:, :-1], targets[:, :-1]
+
     def sft_step(self, prompts: pa.Table, lr: float) -> dict[str, float]:
-        """Cross-entropy on the reference answers (+ EOS) given the prompts; prompt tokens masked."""
+        """Token-mean cross-entropy on the reference answers (+ EOS) given the prompts."""
         if getattr(self, "_sft_lr", None) != lr:
-            self._sft_optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
+            self._sft_optimizer = adamw(self.model.parameters(), lr=lr)
             self._sft_lr = lr
-        ids, mask, positions, r_ids, r_mask, p_width = self._answer_sequences(prompts)
-        logp = self._token_logprobs(self.model, ids, mask, positions, r_ids, p_width)
-        m = r_mask.to(self.device).float()
-        loss = -(logp * m).sum() / m.sum()
+        ids, targets = self._packed_answers(prompts)
+        logits = self.model(input_ids=ids.to(self.device)).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.to(self.device).flatten())
         self._sft_optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"warm-up loss is {float(loss)}; lower warmup.lr")
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        clip_grad_norm(self.model, 1.0)
         self._sft_optimizer.step()
         return {"warmup/loss": loss.item()}
 

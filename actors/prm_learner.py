@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from actors import batch as B
-from actors.trainable import Trainable
+from actors.trainable import Trainable, adamw, clip_grad_norm
 
 
 class ImplicitPRM(Trainable):
@@ -33,7 +33,7 @@ class ImplicitPRM(Trainable):
         self.tokenizer = modeling.load_tokenizer(model_source)
         ref = modeling.load_model(reference_source) if reference_source else copy.deepcopy(self.model)
         self.reference = ref.to(self.device).eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.prime.lr)
+        self.optimizer = adamw(self.model.parameters(), lr=self.prime.lr)
         self.micro = config.algorithm.micro_batch_size
 
     def _implicit(self, model, seq, rows, groups) -> torch.Tensor:
@@ -67,7 +67,7 @@ class ImplicitPRM(Trainable):
                 loss.backward()
                 total_loss += loss.item() * len(lab_rows)
                 right += int(((outcome > 0).float() == target[mb]).sum())
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            clip_grad_norm(self.model, 1.0)
             self.optimizer.step()
             self.version += 1
             info.update({"prm/loss": total_loss / len(lab_rows), "prm/accuracy_before": right / len(lab_rows)})

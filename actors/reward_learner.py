@@ -12,7 +12,7 @@ import torch
 
 from actors import batch as B
 from actors.reward_model import render, score_ids
-from actors.trainable import Trainable
+from actors.trainable import Trainable, adamw, clip_grad_norm
 
 
 class RewardLearner(Trainable):
@@ -30,7 +30,7 @@ class RewardLearner(Trainable):
         else:
             self.model, self.tokenizer = modeling.load_reward_model(model_source, seed=config.seed)
         self.model.to(self.device).train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.rm.lr, weight_decay=self.rm.weight_decay)
+        self.optimizer = adamw(self.model.parameters(), lr=self.rm.lr, weight_decay=self.rm.weight_decay)
         self.rng = np.random.default_rng([config.seed, 11])
         self.eval_pairs: pa.Table | None = None
         self.batches = 0  # rollout batches seen (update_every counts these)
@@ -66,7 +66,7 @@ class RewardLearner(Trainable):
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"reward-model loss is {float(loss)}; lower reward_model.lr")
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            clip_grad_norm(self.model, 1.0)
             self.optimizer.step()
             losses.append(loss.item())
             accs.append(float(stats["accuracy"]))

@@ -11,6 +11,13 @@
         Within-prompt ranking of a LaSeR self-reward: 8 samples for each of 100 held-out prompts; the
         fraction of (correct, wrong) pairs of one prompt the self-reward orders correctly, best-of-8.
 
+    python benchmarks/probes.py laser-align WARM_DIR [--lr 3e-4] [--steps 600] [--beta 0.25] [--nll 1.0]
+            [--resample] [--prompts 2048]
+        A supervised self-verification phase for LaSeR: MSE between r and the verifier's label on
+        (correct, wrong) sample pairs of one training prompt, plus --nll x the NLL of the correct
+        samples. Every --every steps: the self-reward on the warm model's fixed held-out samples
+        ("fixed") and on fresh samples of the model being trained ("fresh", what best-of-N sees).
+
 WARM_DIR is a cached SFT warm-up (~/.cache/coevo/warmup/<hash>); POLICY_DIR a saved policy
 (`<run>/checkpoints/final/policy_learner`). Output: JSON lines on stdout. Raw outputs of the runs the
 README quotes: benchmarks/results/probes/.
@@ -142,6 +149,99 @@ def laser_groups(args) -> None:
                       "within_prompt_pairs_ordered": ordered / max(pairs, 1), "pairs": pairs}))
 
 
+def laser_align(args) -> None:
+    import pyarrow as pa
+
+    from actors import batch as B
+    from actors.generator import Generator
+    from actors.learner import Learner
+    from actors.sampling import token_logprobs
+    from actors.verifier import Verifier
+    from orchestrator.config import load_config
+    from orchestrator.data import load_prompts
+    from orchestrator.evaluation import auroc
+
+    cfg = load_config("laser", [f"laser.beta={args.beta}", f"seed={args.seed}"])
+    prompts = load_prompts(cfg.data, cfg.seed)
+    gen, ver, lrn = Generator(cfg, args.warm), Verifier(cfg), Learner(cfg, args.warm)
+    key = B.REWARD_PREFIX + cfg.accuracy_source()
+    rng = np.random.default_rng(args.seed)
+
+    def samples(table, seq):
+        out, _ = gen.generate(table, n=8, seq=seq)
+        out, _ = ver.score(out)
+        label = out.column(key).fill_null(0).to_numpy(zero_copy_only=False).astype(np.float32)
+        return out, label, B.group_index(out)
+
+    def self_reward(table, grad=False):
+        ids, mask, pos, r_ids, r_mask, pw = lrn._sequences(table)
+        with torch.set_grad_enabled(grad):
+            logits, tail = lrn._response_logits(lrn.model, ids, mask, pos, pw, after=True)
+            r = args.beta * (torch.log_softmax(tail.float(), -1)[:, lrn.laser_token] - lrn.laser_c)
+        return r, logits, r_ids, r_mask
+
+    def pairs_of(label, groups):
+        out = []
+        for g in np.unique(groups):
+            rows = np.nonzero(groups == g)[0]
+            good, bad = rows[label[rows] >= .5], rows[label[rows] < .5]
+            if len(good) and len(bad):
+                out.append((good, bad))
+        return out
+
+    def quality(table, label, groups):
+        lrn.model.eval()
+        r = self_reward(table)[0].numpy()
+        lrn.model.train()
+        right = label >= .5
+        best, ordered, n = [], 0.0, 0
+        for g in np.unique(groups):
+            rows = np.nonzero(groups == g)[0]
+            best.append(right[rows[np.argmax(r[rows])]])
+            a, b = r[rows][right[rows]], r[rows][~right[rows]]
+            ordered += (a[:, None] > b[None, :]).sum() + 0.5 * (a[:, None] == b[None, :]).sum()
+            n += len(a) * len(b)
+        return {"auroc": auroc(r, right), "pairs_ordered": ordered / max(n, 1),
+                "best_of_8": float(np.mean(best)), "random_pick": float(right.mean())}
+
+    version = 0
+
+    def refresh():  # the generator takes the learner's current weights
+        nonlocal version
+        version += 1
+        lrn.version = version
+        gen.update_weights(version, lrn.publish())
+
+    train_prompts = prompts.train.slice(0, args.prompts)
+    train, tl, tg = samples(train_prompts, -9)
+    fixed = samples(prompts.eval, -5)
+    lrn.laser_c = float(np.nanmean(train.column("laser_logprob").to_numpy(zero_copy_only=False)))
+    pairs = pairs_of(tl, tg)
+    opt = torch.optim.AdamW(lrn.model.parameters(), lr=args.lr, weight_decay=0.0)
+    started = time.perf_counter()
+    for step in range(args.steps + 1):
+        if step % args.every == 0:
+            refresh()
+            row = {"step": step, "s": round(time.perf_counter() - started, 1), "fixed": quality(*fixed),
+                   "fresh": quality(*samples(prompts.eval, -100 - step))}
+            print(json.dumps(row), flush=True)
+            if args.resample and 0 < step < args.steps:
+                train, tl, tg = samples(train_prompts, -9 - step)
+                pairs = pairs_of(tl, tg)
+        if step == args.steps:
+            break
+        pick = rng.choice(len(pairs), min(64, len(pairs)), replace=False)
+        idx = np.array([rng.choice(pairs[i][k]) for k in (0, 1) for i in pick])
+        r, logits, r_ids, r_mask = self_reward(train.take(pa.array(idx)), grad=True)
+        target = torch.from_numpy(tl[idx])
+        m = r_mask.float() * (target >= .5).float()[:, None]
+        loss = ((r - target) ** 2).mean() - args.nll * (token_logprobs(logits, r_ids) * m).sum() / m.sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lrn.model.parameters(), 1.0)
+        opt.step()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="probe", required=True)
@@ -160,9 +260,20 @@ def main() -> None:
     p = sub.add_parser("laser-groups")
     p.add_argument("policy")
     p.add_argument("--recipe", default="laser")
+    p = sub.add_parser("laser-align")
+    p.add_argument("warm")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--beta", type=float, default=0.25)
+    p.add_argument("--nll", type=float, default=1.0)
+    p.add_argument("--resample", action="store_true", help="re-draw the training samples every --every steps")
+    p.add_argument("--prompts", type=int, default=2048)
+    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(2)
-    {"rm-pairs": rm_pairs, "majority": majority, "laser-groups": laser_groups}[args.probe](args)
+    {"rm-pairs": rm_pairs, "majority": majority, "laser-groups": laser_groups,
+     "laser-align": laser_align}[args.probe](args)
 
 
 if __name__ == "__main__":

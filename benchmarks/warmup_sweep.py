@@ -265,8 +265,8 @@ def eval_generate(model, task: Task) -> float:
 
 
 def run(setting: Setting, seed: int, targets=TARGETS, max_steps: int = 2000, eval_every: int = 10,
-        check_generate: bool = False, log=print) -> dict:
-    torch.set_num_threads(1)
+        check_generate: bool = False, log=print, threads: int = 1) -> dict:
+    torch.set_num_threads(threads)
     tok = char_tokenizer()
     task = Task(seed, tok)
     model = build_model(tok, seed, setting.init_std)
@@ -401,8 +401,9 @@ def main() -> None:
                     help="also evaluate with greedy generate + integer_match and count disagreements")
     ap.add_argument("--label", default="", help="results file suffix: warmup_sweep_<label>.json")
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the pipeline's warm-up uses every core)")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     targets = tuple(float(t) for t in args.targets.split(","))
     settings = [make_setting(n, args.set) for n in args.settings.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -410,7 +411,8 @@ def main() -> None:
     started = time.time()
     for setting in settings:
         for seed in seeds:
-            results.append(run(setting, seed, targets, args.max_steps, args.eval_every, args.check_generate))
+            results.append(run(setting, seed, targets, args.max_steps, args.eval_every, args.check_generate,
+                               threads=args.threads))
     md = table(results, targets)
     print()
     print(md)

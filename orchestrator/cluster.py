@@ -17,8 +17,10 @@ def connect(ray_cfg) -> tuple[str, bool]:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return f"joined Ray cluster at {address}", False
     # Workers must import the user's `module:function` code the way the driver does (a job's
-    # --working-dir does this on a cluster).
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)}}
+    # --working-dir does this on a cluster). They inherit it from the raylet this call starts: a
+    # job-level runtime_env would do the same but keeps Ray from using its prestarted workers
+    # (measured: three actors up 0.8-1.3 s later).
+    path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
     # An embedded cluster serves this process only: bind it (and its dashboard) to loopback, not the
     # machine's address, unless the user asked otherwise. Ray reads this switch at import, so the
     # already-imported module is told too; the processes it starts read the environment.
@@ -26,8 +28,16 @@ def connect(ray_cfg) -> tuple[str, bool]:
 
     os.environ.setdefault(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0")
     ray_constants.ENABLE_RAY_CLUSTER = os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR].lower() in ("1", "true")
-    ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, runtime_env=env,
-             logging_level=logging.WARNING, dashboard_host="127.0.0.1")
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = path
+    try:
+        ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, logging_level=logging.WARNING,
+                 dashboard_host="127.0.0.1")
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
     where = ray.get_runtime_context().gcs_address
     return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
 

@@ -49,6 +49,39 @@ async def judge_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
     return out
 
 
+async def self_reward_quality(ctx, seq: int) -> dict[str, float]:
+    """LaSeR's self-reward on `laser.best_of` samples of each of `laser.eval_prompts` held-out
+    prompts: its AUROC against the verifier, the share of (correct, wrong) pairs of one prompt it
+    orders right, and best-of-N by it against a random pick."""
+    from actors import batch as B
+
+    cfg = ctx.config
+    n = cfg.laser.best_of
+    gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
+    table, _ = await gen.call("generate", ctx.prompts.eval.slice(0, cfg.laser.eval_prompts), n=n, seq=seq,
+                              versioned=True)
+    scored, _ = await ver.call("score", table)
+    scored = await scored
+    # log pi(z | x, y): the self-reward up to its positive scale and offset (rankings are the same)
+    self_r = scored.column("laser_logprob").to_numpy(zero_copy_only=False)
+    correct = scored.column(B.REWARD_PREFIX + cfg.accuracy_source()).fill_null(0).to_numpy(
+        zero_copy_only=False) >= 0.5
+    groups = B.group_index(scored)
+    best, mean, ordered, pairs = [], [], 0.0, 0
+    for g in np.unique(groups):
+        rows = np.nonzero(groups == g)[0]
+        best.append(correct[rows[np.argmax(self_r[rows])]])
+        mean.append(correct[rows].mean())  # the expected accuracy of a random pick
+        good, bad = self_r[rows][correct[rows]], self_r[rows][~correct[rows]]
+        ordered += float((good[:, None] > bad[None, :]).sum() + 0.5 * (good[:, None] == bad[None, :]).sum())
+        pairs += len(good) * len(bad)
+    return {"eval/self_reward_auroc": auroc(self_r, correct),
+            "eval/self_reward_pairs_ordered": ordered / pairs if pairs else None,
+            f"eval/best_of_{n}_accuracy": float(np.mean(best)),
+            "eval/random_pick_accuracy": float(np.mean(mean)),
+            "eval/best_of_n_gain": float(np.mean(best) - np.mean(mean))}
+
+
 def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
     """Area under the ROC curve of `scores` for the boolean labels `positive` (Mann-Whitney U with
     average ranks for ties): 0.5 is chance, 1 a perfect separation. None without both classes."""

@@ -57,15 +57,14 @@ class MetricsSink:
         self._gauges[name].set(float(value))
 
     def plot(self) -> list[Path]:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # The object API, not pyplot: no GUI backend, and safe in the thread the run draws it from
+        from matplotlib.figure import Figure
 
         out_dir = self.run_dir / "plots"
         out_dir.mkdir(exist_ok=True)
         shown = [(k, t) for k, t in PLOTTED if any(r.get(k) is not None for r in self.history)] or list(PLOTTED[:2])
-        fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.5), squeeze=False)
+        fig = Figure(figsize=(5 * len(shown), 3.5))
+        axes = fig.subplots(1, len(shown), squeeze=False)
         for ax, (key, title) in zip(axes[0], shown):
             points = [(r["step"], r[key]) for r in self.history if r.get(key) is not None]
             if points:
@@ -78,7 +77,6 @@ class MetricsSink:
         fig.tight_layout()
         path = out_dir / "reward_accuracy.png"
         fig.savefig(path, dpi=100)
-        plt.close(fig)
         return [path]
 
     def close(self) -> None:

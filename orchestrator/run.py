@@ -152,9 +152,10 @@ class Run:
             raise
         t_rl = time.perf_counter() - t_rl
         stopped = ctx.stop_requested
+        plotting = asyncio.create_task(asyncio.to_thread(ctx.metrics.plot))  # drawn while the learners save
         final = await self.checkpoint(ctx, f"step_{ctx.step}" if stopped else "final")
         await ctx.rollouts.stop()
-        plots = ctx.metrics.plot()
+        plots = await plotting
         ctx.metrics.close()
         if nested:
             for pool in pools.values():

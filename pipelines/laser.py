@@ -7,10 +7,7 @@ well r separates correct from wrong responses (AUROC) and best-of-N reranking by
 
 from __future__ import annotations
 
-import numpy as np
-
-from actors import batch as B
-from orchestrator.evaluation import auroc, greedy_accuracy
+from orchestrator.evaluation import greedy_accuracy, self_reward_quality
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO
@@ -28,25 +25,5 @@ class Laser(GRPO):
 
     async def evaluate(self, ctx) -> dict:
         out = await greedy_accuracy(ctx)
-        cfg = ctx.config
-        n = cfg.laser.best_of
-        prompts = ctx.prompts.eval.slice(0, cfg.laser.eval_prompts)
-        gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
-        table, _ = await gen.call("generate", prompts, n=n, seq=-1_000_000 - ctx.step, versioned=True)
-        scored, _ = await ver.call("score", table)
-        scored = await scored
-        # log pi(z | x, y): the self-reward up to its positive scale and offset (rankings are the same)
-        self_r = scored.column("laser_logprob").to_numpy(zero_copy_only=False)
-        correct = scored.column(B.REWARD_PREFIX + cfg.accuracy_source()).fill_null(0).to_numpy(
-            zero_copy_only=False) >= 0.5
-        groups = B.group_index(scored)
-        best, mean = [], []
-        for g in np.unique(groups):
-            rows = np.nonzero(groups == g)[0]
-            best.append(correct[rows[np.argmax(self_r[rows])]])
-            mean.append(correct[rows].mean())  # the expected accuracy of a random pick
-        out.update({"eval/self_reward_auroc": auroc(self_r, correct),
-                    f"eval/best_of_{n}_accuracy": float(np.mean(best)),
-                    "eval/random_pick_accuracy": float(np.mean(mean)),
-                    "eval/best_of_n_gain": float(np.mean(best) - np.mean(mean))})
+        out.update(await self_reward_quality(ctx, seq=-1_000_000 - ctx.step))
         return out

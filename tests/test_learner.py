@@ -257,6 +257,20 @@ def test_sft_step_lowers_loss(config, prompts):
     assert learner._sft_lr is None
 
 
+def test_sft_loss_on_packed_sequences_equals_the_masked_answer_loss(config, prompts):
+    """The SFT step packs prompt + answer + EOS right-padded without an attention mask; its loss must
+    be the token-mean answer cross-entropy of the left-padded, masked layout generation uses."""
+    learner = Learner(config)
+    prompts = pa.table({"prompt": ["1+2=", "13+96=", "7+80="], "answer": ["3", "109", "87"]})
+    ids, mask, positions, r_ids, r_mask, p_width = learner._answer_sequences(prompts)
+    with torch.no_grad():
+        logp = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width)
+    expected = float(-(logp * r_mask).sum() / r_mask.sum())
+    packed, targets = learner._packed_answers(prompts)
+    assert int((targets != -100).sum()) == int(r_mask.sum())  # every answer token and EOS, once
+    assert learner.sft_step(prompts, lr=1e-9)["warmup/loss"] == pytest.approx(expected, rel=1e-5)
+
+
 def test_async_warm_up_uses_every_core_then_gives_them_back(config, prompts):
     """Async roles get one torch thread each (they share the cores), but the SFT warm-up runs alone:
     it takes every core, and training afterwards is back on the role's share."""

@@ -85,8 +85,11 @@ def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) ->
     rows = read_metrics(laser)
     assert all(r["train/laser_mse"] > 0 and r["train/laser_c"] < 0 for r in rows)
     assert 0 < rows[0]["reward/correct/filled_frac"] < 1
-    for key in ("eval/self_reward_auroc", "eval/best_of_8_accuracy", "eval/random_pick_accuracy"):
+    for key in ("eval/self_reward_auroc", "eval/best_of_8_accuracy", "eval/random_pick_accuracy",
+                "eval/self_reward_pairs_ordered"):
         assert key in rows[-1]
+    ordered = rows[-1]["eval/self_reward_pairs_ordered"]
+    assert ordered is None or 0 <= ordered <= 1
     import pandas as pd
 
     dump = pd.read_parquet(laser / "rollouts" / "step_1.parquet")
