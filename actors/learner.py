@@ -382,6 +382,8 @@ class Learner(Trainable):
         step here) and the default positions are right. Returns inputs [B, T-1] and their next-token
         targets [B, T-1], -100 outside the answers. Token ids are cached: the warm-up revisits prompts."""
         cache = self.__dict__.setdefault("_token_cache", {})
+        if len(cache) > 500_000:  # a huge SFT set: bound the memory, not the speed-up
+            cache.clear()
         texts = prompts.column("prompt").to_pylist() + [str(a) for a in prompts.column("answer").to_pylist()]
         missing = list({t for t in texts if t not in cache})
         if missing:
