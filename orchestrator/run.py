@@ -285,4 +285,7 @@ def run(config: Config, resume: bool = False) -> dict:
         return asyncio.run(job.main())
     finally:
         job.progress.stop()
-        cluster.shutdown()
+        try:
+            cluster.shutdown()
+        except KeyboardInterrupt:  # the run is over: a Ctrl-C while Ray stops only makes it stop sooner
+            pass

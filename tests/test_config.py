@@ -267,3 +267,26 @@ def test_the_auto_reward_model_warmup_keeps_verifiers_and_drops_aggregation_nami
     sub = warmup_config(cfg)
     assert sub.recipe == "reward_model" and [r.name for r in sub.rewards] == ["correct", "format"]
     assert sub.aggregate == {} and sub.train.max_steps == cfg.reward_model.warmup_steps
+
+
+def test_ctrl_c_while_ray_stops_keeps_a_finished_run(monkeypatch, tmp_path) -> None:
+    """A Ctrl-C that lands after the run finished, while the embedded cluster shuts down, must not
+    turn the run's summary into an 'interrupted' exit."""
+    from orchestrator import cluster, run as run_module
+
+    summary = {"run_dir": str(tmp_path / "run"), "steps": 3}
+
+    async def finished(self, nested: bool = False) -> dict:
+        return summary
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module.Run, "main", finished)
+    monkeypatch.setattr(cluster, "shutdown", interrupted)
+    config = load_config(None, [f"output_dir={tmp_path / 'run'}"])
+    try:
+        result = run_module.run(config)
+    except KeyboardInterrupt:  # re-raised, it would stop the whole test session
+        pytest.fail("a Ctrl-C during the cluster's shutdown discarded the finished run")
+    assert result == summary
