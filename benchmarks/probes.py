@@ -212,6 +212,7 @@ def laser_align(args) -> None:
         lrn.version = version
         gen.update_weights(version, lrn.publish())
 
+    print(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "probe"}}), flush=True)
     train_prompts = prompts.train.slice(0, args.prompts)
     train, tl, tg = samples(train_prompts, -9)
     fixed = samples(prompts.eval, -5)
