@@ -306,9 +306,11 @@ class Learner(Trainable):
             self.tokenizer.save_pretrained(path)
         return self.version
 
-    def train_preference(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None) -> dict:
+    def train_preference(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None,
+                         nll_weight: float = 0.0) -> dict:
         """One optimizer step on preference pairs (prompt, chosen, rejected) with a loss from the
-        registry (dpo, ipo, simpo), or `raft`: supervised fine-tuning on the chosen responses."""
+        registry (dpo, ipo, simpo), or `raft`: supervised fine-tuning on the chosen responses.
+        `nll_weight` adds that times the chosen responses' NLL to a preference loss (RPO)."""
         from actors.algorithms import PREFERENCE_LOSSES
         from actors.algorithms.preference import sft_nll
 
@@ -334,6 +336,9 @@ class Learner(Trainable):
                 chosen_logps=seq[:n], rejected_logps=seq[n:], chosen_lengths=lengths[:n], rejected_lengths=lengths[n:],
                 ref_chosen_logps=None if ref is None else ref[:n], ref_rejected_logps=None if ref is None else ref[n:],
                 **(params or {}))
+            if nll_weight:
+                nll = sft_nll(logp[:n], m[:n])
+                total, stats = total + nll_weight * nll, {**stats, "chosen_nll": nll.detach()}
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(total):
             self.skipped_steps += 1

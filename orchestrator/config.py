@@ -318,6 +318,9 @@ class IterationsConfig(Section):
     loss: str = "dpo"  # a preference loss (dpo, ipo, simpo) or raft (SFT on the chosen responses)
     beta: float = Field(0.1, gt=0)  # dpo / simpo beta; ipo uses tau = beta
     margin: float = Field(0.0, ge=0)  # skip pairs whose judge scores differ by less
+    # Iterative RPO (Pang et al. 2024): + nll_weight x the token-mean NLL of the chosen responses. A
+    # preference loss alone can lower the likelihood of chosen and rejected alike; this keeps it.
+    nll_weight: float = Field(0.0, ge=0)
     # CREAM (Wang et al. 2024): keep (filter) or weight pairs by how consistently this iteration's and
     # the previous iteration's judge rank the group's responses (Kendall's tau, mapped to [0, 1]).
     cream: Literal["none", "filter", "weight"] = "none"

@@ -258,7 +258,7 @@ class SelfRewarding(GRPO):
         cfg = ctx.config.iterations
         params = {} if cfg.loss == "raft" else {"tau": cfg.beta} if cfg.loss == "ipo" else {"beta": cfg.beta}
         metrics = await ctx.pools["policy_learner"].call("train_preference", *tables, loss=cfg.loss, params=params,
-                                                         table=False)
+                                                         nll_weight=cfg.nll_weight, table=False)
         await publish(ctx, "policy", metrics["version"])
         return {**metrics, **self.source.iteration_info, "iter/epoch": self.source.epoch}
 

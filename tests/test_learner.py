@@ -403,3 +403,17 @@ def test_steps_raise_the_probability_of_rewarded_responses(config, prompts):
         learner.train_step(table)
     gain = (seq_logprob() - before).numpy()
     assert gain[r == 1].mean() > 0.2 and gain[r == 1].mean() > gain[r == 0].mean() + 0.2
+
+
+def test_rpo_adds_the_chosen_responses_nll_to_the_preference_loss(config):
+    """iterations.nll_weight (RPO): the step's loss is DPO's (log 2 when policy = reference) plus
+    the weight times the token-mean NLL of the chosen responses."""
+    pairs = pa.table({"prompt": ["1+2=", "13+96="], "chosen": ["3", "109"], "rejected": ["4", "19"]})
+    plain, rpo = Learner(config), Learner(config)
+    for learner in (plain, rpo):
+        learner.snapshot_reference()
+    base = plain.train_preference(pairs, loss="dpo", params={"beta": 0.1})
+    out = rpo.train_preference(pairs, loss="dpo", params={"beta": 0.1}, nll_weight=0.5)
+    assert base["pref/loss"] == pytest.approx(math.log(2), rel=1e-5)
+    assert out["pref/chosen_nll"] > 0
+    assert out["pref/loss"] == pytest.approx(base["pref/loss"] + 0.5 * out["pref/chosen_nll"], rel=1e-5)
