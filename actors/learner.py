@@ -361,13 +361,6 @@ class Learner(Trainable):
         with torch_threads(self.alone_threads):
             return [self.sft_step(b, lr) for b in batches][-1]["warmup/loss"]
 
-    def _answer_sequences(self, prompts: pa.Table):
-        """The prompts with their reference answers (+ EOS) as responses, as padded tensors."""
-        answers = [str(a) for a in prompts.column("answer").to_pylist()]
-        table = pa.table({"prompt_ids": self._tokenize(prompts.column("prompt").to_pylist()),
-                          "response_ids": self._tokenize(answers, eos=True)})
-        return self._sequences(table)
-
     @torch.no_grad()
     def answer_accuracy(self, prompts: pa.Table) -> float:
         """The fraction of prompts whose reference answer + EOS greedy decoding would produce exactly:
@@ -375,9 +368,9 @@ class Learner(Trainable):
         no generation). A lower bound on the verifier's greedy accuracy for answer-matching rewards,
         so the warm-up can watch its target cheaply and confirm it with a real evaluation."""
         self.model.eval()
-        ids, mask, positions, r_ids, r_mask, p_width = self._answer_sequences(prompts)
-        logits = self._response_logits(self.model, ids, mask, positions, p_width)
-        right = (logits.argmax(-1).cpu() == r_ids) | ~r_mask
+        ids, targets = self._packed_answers(prompts)
+        logits = self.model(input_ids=ids.to(self.device)).logits
+        right = (logits.argmax(-1).cpu() == targets) | (targets == -100)
         self.model.train()
         return float(right.all(dim=1).float().mean())
 

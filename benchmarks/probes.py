@@ -130,6 +130,7 @@ def laser_groups(args) -> None:
     from actors.verifier import Verifier
     from orchestrator.config import load_config
     from orchestrator.data import load_prompts
+    from orchestrator.evaluation import rank_quality
 
     cfg = load_config(args.recipe, [])
     gen, ver = Generator(cfg, args.policy), Verifier(cfg)
@@ -137,16 +138,9 @@ def laser_groups(args) -> None:
     table, _ = ver.score(table)
     lp = table.column("laser_logprob").to_numpy(zero_copy_only=False)
     right = table.column(B.REWARD_PREFIX + cfg.accuracy_source()).fill_null(0).to_numpy(zero_copy_only=False) >= 0.5
-    groups = B.group_index(table)
-    best, ordered, pairs = [], 0, 0
-    for g in np.unique(groups):
-        rows = np.nonzero(groups == g)[0]
-        best.append(right[rows[np.argmax(lp[rows])]])
-        good, bad = lp[rows][right[rows]], lp[rows][~right[rows]]
-        ordered += int((good[:, None] > bad[None, :]).sum())
-        pairs += len(good) * len(bad)
-    print(json.dumps({"random_pick_accuracy": float(right.mean()), "best_of_8_accuracy": float(np.mean(best)),
-                      "within_prompt_pairs_ordered": ordered / max(pairs, 1), "pairs": pairs}))
+    q = rank_quality(lp, right, B.group_index(table))
+    print(json.dumps({"random_pick_accuracy": q["random_pick"], "best_of_8_accuracy": q["best_of_n"],
+                      "within_prompt_pairs_ordered": q["pairs_ordered"], "pairs": q["pairs"]}))
 
 
 def laser_align(args) -> None:
@@ -159,7 +153,7 @@ def laser_align(args) -> None:
     from actors.verifier import Verifier
     from orchestrator.config import load_config
     from orchestrator.data import load_prompts
-    from orchestrator.evaluation import auroc
+    from orchestrator.evaluation import rank_quality
 
     cfg = load_config("laser", [f"laser.beta={args.beta}", f"seed={args.seed}"])
     prompts = load_prompts(cfg.data, cfg.seed)
@@ -193,16 +187,9 @@ def laser_align(args) -> None:
         lrn.model.eval()
         r = self_reward(table)[0].numpy()
         lrn.model.train()
-        right = label >= .5
-        best, ordered, n = [], 0.0, 0
-        for g in np.unique(groups):
-            rows = np.nonzero(groups == g)[0]
-            best.append(right[rows[np.argmax(r[rows])]])
-            a, b = r[rows][right[rows]], r[rows][~right[rows]]
-            ordered += (a[:, None] > b[None, :]).sum() + 0.5 * (a[:, None] == b[None, :]).sum()
-            n += len(a) * len(b)
-        return {"auroc": auroc(r, right), "pairs_ordered": ordered / max(n, 1),
-                "best_of_8": float(np.mean(best)), "random_pick": float(right.mean())}
+        q = rank_quality(r, label >= .5, groups)
+        return {"auroc": q["auroc"], "pairs_ordered": q["pairs_ordered"], "best_of_8": q["best_of_n"],
+                "random_pick": q["random_pick"]}
 
     version = 0
 

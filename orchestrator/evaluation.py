@@ -66,20 +66,26 @@ async def self_reward_quality(ctx, seq: int) -> dict[str, float]:
     self_r = scored.column("laser_logprob").to_numpy(zero_copy_only=False)
     correct = scored.column(B.REWARD_PREFIX + cfg.accuracy_source()).fill_null(0).to_numpy(
         zero_copy_only=False) >= 0.5
-    groups = B.group_index(scored)
+    quality = rank_quality(self_r, correct, B.group_index(scored))
+    return {"eval/self_reward_auroc": quality["auroc"], "eval/self_reward_pairs_ordered": quality["pairs_ordered"],
+            f"eval/best_of_{n}_accuracy": quality["best_of_n"], "eval/random_pick_accuracy": quality["random_pick"],
+            "eval/best_of_n_gain": quality["best_of_n"] - quality["random_pick"]}
+
+
+def rank_quality(scores: np.ndarray, correct: np.ndarray, groups: np.ndarray) -> dict:
+    """How well `scores` rank samples, `groups` holding each prompt's samples: pooled AUROC, the share
+    of a prompt's (correct, wrong) pairs ordered right (ties count half; None without such pairs),
+    best-of-N by score and a random pick (the mean accuracy of a prompt's samples), over prompts."""
     best, mean, ordered, pairs = [], [], 0.0, 0
     for g in np.unique(groups):
         rows = np.nonzero(groups == g)[0]
-        best.append(correct[rows[np.argmax(self_r[rows])]])
-        mean.append(correct[rows].mean())  # the expected accuracy of a random pick
-        good, bad = self_r[rows][correct[rows]], self_r[rows][~correct[rows]]
+        best.append(correct[rows[np.argmax(scores[rows])]])
+        mean.append(correct[rows].mean())
+        good, bad = scores[rows][correct[rows]], scores[rows][~correct[rows]]
         ordered += float((good[:, None] > bad[None, :]).sum() + 0.5 * (good[:, None] == bad[None, :]).sum())
         pairs += len(good) * len(bad)
-    return {"eval/self_reward_auroc": auroc(self_r, correct),
-            "eval/self_reward_pairs_ordered": ordered / pairs if pairs else None,
-            f"eval/best_of_{n}_accuracy": float(np.mean(best)),
-            "eval/random_pick_accuracy": float(np.mean(mean)),
-            "eval/best_of_n_gain": float(np.mean(best) - np.mean(mean))}
+    return {"auroc": auroc(scores, correct), "pairs_ordered": ordered / pairs if pairs else None,
+            "best_of_n": float(np.mean(best)), "random_pick": float(np.mean(mean)), "pairs": pairs}
 
 
 def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:

@@ -262,7 +262,9 @@ def test_sft_loss_on_packed_sequences_equals_the_masked_answer_loss(config, prom
     be the token-mean answer cross-entropy of the left-padded, masked layout generation uses."""
     learner = Learner(config)
     prompts = pa.table({"prompt": ["1+2=", "13+96=", "7+80="], "answer": ["3", "109", "87"]})
-    ids, mask, positions, r_ids, r_mask, p_width = learner._answer_sequences(prompts)
+    masked = pa.table({"prompt_ids": learner._tokenize(prompts.column("prompt").to_pylist()),
+                       "response_ids": learner._tokenize(prompts.column("answer").to_pylist(), eos=True)})
+    ids, mask, positions, r_ids, r_mask, p_width = learner._sequences(masked)
     with torch.no_grad():
         logp = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width)
     expected = float(-(logp * r_mask).sum() / r_mask.sum())

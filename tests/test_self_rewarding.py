@@ -125,3 +125,16 @@ def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, w
     assert [r["step"] for r in evals] == [2, 4]
     assert all(0 <= r["eval/judge_score"] <= 1 and "eval/judge_auroc" in r for r in evals)
     assert "eval/hacking" not in evals[0] and evals[1]["eval/hacking"] in (0.0, 1.0)
+
+
+def test_rank_quality_orders_within_prompts_and_reranks() -> None:
+    """Two prompts of 3 samples: scores order prompt 0's pairs 1 of 2 right and prompt 1's 2 of 2;
+    best-of-3 picks a wrong sample for prompt 0 and a right one for prompt 1."""
+    from orchestrator.evaluation import rank_quality
+
+    scores = np.array([0.9, 0.5, 0.1, 0.2, 0.8, 0.7])
+    correct = np.array([False, True, False, False, True, True])
+    q = rank_quality(scores, correct, np.array([0, 0, 0, 1, 1, 1]))
+    assert q["pairs"] == 4 and q["pairs_ordered"] == pytest.approx(3 / 4)
+    assert q["best_of_n"] == pytest.approx(0.5) and q["random_pick"] == pytest.approx((1 / 3 + 2 / 3) / 2)
+    assert rank_quality(scores, np.ones(6, bool), np.zeros(6, int))["pairs_ordered"] is None
