@@ -163,6 +163,17 @@ class Learner(Trainable):
             table = B.replace_column(table, B.REWARD_PREFIX + spec.name, pa.array(r, pa.float32(), mask=np.isnan(r)))
         return table
 
+    def _laser_class_weights(self, labels: torch.Tensor):
+        """Per-sample weights of LaSeR's MSE over one update's labelled samples, summing to 1: equal
+        per sample, or with `laser.balance` each class (correct, wrong) half of the total, so that an
+        accurate policy's few wrong samples are not drowned out (LaSeR's class-level re-weighting)."""
+        labels = labels[~torch.isnan(labels)]
+        good = int((labels >= 0.5).sum())
+        bad = len(labels) - good
+        if not self.config.laser.balance or not good or not bad:
+            return lambda t: torch.full_like(t, 1.0 / len(labels))
+        return lambda t: torch.where(t >= 0.5, 0.5 / good, 0.5 / bad)
+
     def _proximal(self, d: dict, needed: torch.Tensor, p_width: int) -> torch.Tensor | None:
         """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
         policy), computed without gradients for the rows that train."""
@@ -207,6 +218,8 @@ class Learner(Trainable):
         finite = True
         compute = rows[needed[rows]]
         labelled = int((~torch.isnan(d["laser_label"][rows])).sum()) if "laser_label" in d else 0
+        if labelled:
+            class_weight = self._laser_class_weights(d["laser_label"][rows])
         for mb in (compute.split(self.algo.micro_batch_size) if len(compute) else ()):
             m = d["r_mask"][mb].to(self.device).float()
             out = self._response_logits(self.model, d["ids"][mb], d["mask"][mb], d["positions"][mb], p_width,
@@ -222,7 +235,7 @@ class Learner(Trainable):
                 r = cfg.beta * (torch.log_softmax(tail.float(), dim=-1)[:, self.laser_token] - self.laser_c)
                 target = d["laser_label"][mb].to(self.device)
                 ok = ~torch.isnan(target)
-                mse = ((r[ok] - target[ok]) ** 2).sum() / labelled
+                mse = (class_weight(target[ok]) * (r[ok] - target[ok]) ** 2).sum()
                 extra = cfg.mse_weight * mse
                 part["laser_mse"] += mse.item()
             if self.reference is not None:
@@ -411,6 +424,44 @@ class Learner(Trainable):
         clip_grad_norm(self.model, 1.0)
         self._sft_optimizer.step()
         return {"warmup/loss": loss.item()}
+
+    def laser_align_steps(self, batches: list[pa.Table], lr: float, nll_weight: float) -> dict[str, float]:
+        """LaSeR's self-verification warm-up, one optimizer step per batch of the policy's own
+        verifier-labelled samples: MSE between r = beta * (log pi(z | x, y) - c) and the label, plus
+        `nll_weight` x the NLL of the correct samples (without it the shared weights forget the task).
+        c is fixed from the first batch (as in RL) when the config leaves it open."""
+        from actors.runtime import torch_threads
+        from actors.sampling import token_logprobs
+
+        if self.laser_label is None:
+            raise RuntimeError("laser_align_steps needs a laser reward source in the config")
+        if getattr(self, "_sft_lr", None) != lr:
+            self._sft_optimizer = adamw(self.model.parameters(), lr=lr)
+            self._sft_lr = lr
+        beta, key, sums = self.config.laser.beta, B.REWARD_PREFIX + self.laser_label, {"mse": 0.0, "nll": 0.0}
+        with torch_threads(self.alone_threads):
+            for table in batches:
+                self._laser_rewards(table)  # fixes c from the first batch
+                label = torch.from_numpy(table.column(key).to_numpy(zero_copy_only=False).astype(np.float32))
+                if torch.isnan(label).any():
+                    raise B.BatchError(f"self-verification batch has rows without a {key!r} label")
+                ids, mask, positions, r_ids, r_mask, p_width = self._sequences(table)
+                logits, tail = self._response_logits(self.model, ids, mask, positions, p_width, after=True)
+                r = beta * (torch.log_softmax(tail.float(), dim=-1)[:, self.laser_token] - self.laser_c)
+                mse = ((r - label.to(self.device)) ** 2).mean()
+                good = r_mask.to(self.device).float() * (label >= 0.5).float().to(self.device)[:, None]
+                nll = -(token_logprobs(logits, r_ids.to(self.device)) * good).sum() / good.sum().clamp(min=1)
+                loss = mse + nll_weight * nll
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"self-verification loss is {float(loss)}; lower laser.warmup_lr")
+                self._sft_optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                clip_grad_norm(self.model, 1.0)
+                self._sft_optimizer.step()
+                sums["mse"] += mse.item()
+                sums["nll"] += nll.item()
+        n = max(len(batches), 1)
+        return {"laser_warmup/mse": sums["mse"] / n, "laser_warmup/nll": sums["nll"] / n, "laser_warmup/c": self.laser_c}
 
     def end_warmup(self) -> None:
         self._sft_optimizer = self._sft_lr = None

@@ -8,7 +8,7 @@ quality, wall time; 3 seeds each.
 
 The warm start is the same for every recipe and seed (the default recipe's cached SFT warm-up;
 self_rewarding and self_judged_grpo then run their judging warm-up, also cached, and start from it:
-both accuracies are reported). Raw results: benchmarks/results/self_rewarding<label>.json.
+both accuracies are reported; laser runs its self-verification warm-up, also cached, and starts from it). Raw results: benchmarks/results/self_rewarding<label>.json.
 """
 
 from __future__ import annotations
@@ -31,11 +31,17 @@ RECIPES = ["self_rewarding", "laser", "majority_vote", "co_reward", "self_judged
 def summarise(name: str, run: dict) -> dict:
     rows, summary = run["rows"], run["summary"]
     e = evals(rows)
-    start = summary.get("judge_warmup/accuracy_after", summary.get("warmup/accuracy"))
+    start = summary.get("judge_warmup/accuracy_after", summary.get("laser_warmup/accuracy_after",
+                                                                     summary.get("warmup/accuracy")))
     out = {"recipe": name, "sft_accuracy": summary.get("warmup/accuracy"), "start_accuracy": start,
            "end_accuracy": e[-1][2] if e else None, "best_accuracy": max((a for _, _, a in e), default=None),
            "steps": summary["steps"], "wall_s": run["wall_s"], "train_s": summary["time/train_s"],
            "judge_auroc_warmup": summary.get("judge_warmup/auroc_after")}
+    out.update({k: v for k, v in summary.items() if k.startswith("laser_warmup/")})
+    gains = [r["eval/best_of_n_gain"] for r in rows if r.get("eval/best_of_n_gain") is not None]
+    if gains:  # best-of-N against a random pick at every evaluation, not only the last
+        out["best_of_n_gain_mean"] = statistics.mean(gains)
+        out["best_of_n_gain_positive"] = f"{sum(g > 0 for g in gains)}/{len(gains)}"
     last = [r for r in rows if r.get("eval/accuracy") is not None][-1] if e else {}
     for key in ("eval/judge_agreement", "eval/judge_auroc", "eval/self_reward_auroc", "eval/best_of_8_accuracy",
                 "eval/random_pick_accuracy", "eval/best_of_n_gain"):

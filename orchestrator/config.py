@@ -280,6 +280,9 @@ class JudgeConfig(Section):
     # share of each judging warm-up batch that repeats the task's own SFT data: without it the
     # judge format overwrites the task (measured: held-out accuracy 0.66 -> 0.00 after 300 steps)
     warmup_task_fraction: float = Field(0.5, ge=0, lt=1)
+    # re-draw the judged samples from the policy being fine-tuned every this many steps (None: drawn
+    # once from the warm policy, whose errors the task data then trains away)
+    warmup_resample: Optional[int] = Field(None, gt=0)
 
     @field_validator("template")
     @classmethod
@@ -301,9 +304,21 @@ class LaserConfig(Section):
     # for the run; beta * -c must exceed the verifier's top reward for r to be able to reach it
     c: Optional[float] = None
     mse_weight: float = Field(1.0, ge=0)
+    # weight the MSE so correct and wrong labelled samples count half each (class re-weighting)
+    balance: bool = False
     label_source: Optional[str] = None  # the verifier source r is aligned with (default: the first fn)
     best_of: int = Field(8, ge=1)  # evaluation: best-of-N by self-reward against a random pick
     eval_prompts: int = Field(100, gt=0)
+    # Self-verification warm-up before RL (0 steps: none; cached like the SFT warm-up): MSE on r plus
+    # warmup_nll x the NLL of the correct samples, on pairs of a correct and a wrong sample of one
+    # training prompt drawn from the policy itself and re-drawn every warmup_resample steps (r must
+    # learn the errors of the sampler it will rank, not of an earlier one).
+    warmup_steps: int = Field(0, ge=0)
+    warmup_lr: float = Field(5e-4, gt=0)
+    warmup_nll: float = Field(0.05, ge=0)
+    warmup_pairs: int = Field(64, gt=0)  # pairs per step
+    warmup_resample: int = Field(100, gt=0)
+    warmup_prompts: int = Field(2048, gt=0)
 
 
 class IterationsConfig(Section):

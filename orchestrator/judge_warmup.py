@@ -101,24 +101,35 @@ async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
     tasks = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=cfg.seed + 2)
     judged = PromptSampler(rows, seed=cfg.seed + 3)
     n_task = int(judge.warmup_batch_size * judge.warmup_task_fraction)
-    n_judge = min(judge.warmup_batch_size - n_task, rows.num_rows)
-    steps, block, loss = 0, 50, float("nan")
+    steps, block, loss = 0, judge.warmup_resample or 50, float("nan")
     while steps < judge.warmup_steps:
+        if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
+            await channel.publish(0)
+            train = await labelled_samples(ctx, ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows)),
+                                           -100_000 - 100 * steps)
+            judged = PromptSampler(judge_rows(train, cfg, rng), seed=cfg.seed + 3 + steps)
+        n_judge = min(judge.warmup_batch_size - n_task, judged.table.num_rows)
         n = min(block, judge.warmup_steps - steps)
         batches = [pa.concat_tables([judged.next(n_judge)] + ([tasks.next(n_task)] if n_task else [])) for _ in range(n)]
         loss = await learner.call("sft_steps", batches, judge.warmup_lr, table=False)
         steps += n
+        if judge.warmup_resample:
+            ctx.progress.print(f"judging warm-up: step {steps}/{judge.warmup_steps}, loss {loss:.3f}")
     await learner.call("end_warmup", table=False)
     await channel.publish(0)
     after, auc_after = await agreement(ctx, held_out)
+    # what the judge will see: fresh samples of the policy it has become
+    own, auc_own = await agreement(ctx, await labelled_samples(ctx, ctx.prompts.eval, -6000))
     from orchestrator.evaluation import greedy_accuracy
     accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
     info = {"judge_warmup/steps": steps, "judge_warmup/examples": rows.num_rows, "judge_warmup/loss": loss,
             "judge_warmup/agreement_before": before, "judge_warmup/agreement_after": after,
             "judge_warmup/auroc_before": auc_before, "judge_warmup/auroc_after": auc_after,
+            "judge_warmup/agreement_own_samples": own, "judge_warmup/auroc_own_samples": auc_own,
             "judge_warmup/accuracy_after": accuracy, "judge_warmup/time_s": time.perf_counter() - start}
     ctx.progress.print(f"judging warm-up: agreement {before:.3f} -> {after:.3f}, AUROC {_fmt(auc_before)} -> "
-                       f"{_fmt(auc_after)} after {steps} steps; held-out task accuracy {accuracy:.3f}")
+                       f"{_fmt(auc_after)} after {steps} steps (on the fine-tuned policy's own samples: "
+                       f"{own:.3f}, AUROC {_fmt(auc_own)}); held-out task accuracy {accuracy:.3f}")
     path = cache_path(cfg) if cfg.warmup.cache else Path(fallback_dir)
     await learner.call("save", str(path), False, table=False)
     (path / MARKER).write_text(json.dumps(info))

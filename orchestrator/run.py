@@ -112,17 +112,18 @@ class Run:
                     pools, warm_ctx = await self._warm_pools(prompts, sources.policy)
                     info = await warm_up(warm_ctx, self.run_dir / "warmup")
                     sources.policy, warm_info = info.pop("path"), info
-            if cfg.judge_rewards() and cfg.judge.warmup_steps:
-                from orchestrator.judge_warmup import cached_judge, judge_warm_up
-                path, info = cached_judge(cfg)
+            for name, label, cached_stage, stage in _policy_warmups(cfg):
+                path, info = cached_stage(cfg)
                 if path is None:
                     pools, warm_ctx = await self._warm_pools(prompts, sources.policy, pools)
-                    info = await judge_warm_up(warm_ctx, self.run_dir / "judge_warmup")
+                    info = await stage(warm_ctx, self.run_dir / name)
                     path = info.pop("path")
                 else:
-                    self.progress.print(f"judging warm-up: using cached model {path}")
+                    self.progress.print(f"{label}: using cached model {path}")
                 sources.policy = str(path)
                 warm_info.update(info)
+                if name == "laser_warmup" and cfg.laser.c is None:  # r keeps the offset it was aligned with
+                    cfg.laser.c = info["laser_warmup/c"]
             pools = self._drop_temporary(pools)
         self._policy_source = sources.policy
         roles = self.recipe.roles(cfg, sources)
@@ -255,6 +256,19 @@ class Run:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, handler, sig.name)
+
+
+def _policy_warmups(cfg) -> list:
+    """The warm-ups that fine-tune the warm policy further before a recipe starts, in order:
+    (name, label, cached(cfg) -> (path | None, info), warm_up(ctx, fallback_dir) -> info with "path")."""
+    stages = []
+    if cfg.judge_rewards() and cfg.judge.warmup_steps:
+        from orchestrator.judge_warmup import cached_judge, judge_warm_up
+        stages.append(("judge_warmup", "judging warm-up", cached_judge, judge_warm_up))
+    if cfg.laser_rewards() and cfg.laser.warmup_steps:
+        from orchestrator.laser_warmup import cached_laser, laser_warm_up
+        stages.append(("laser_warmup", "self-verification warm-up", cached_laser, laser_warm_up))
+    return stages
 
 
 async def _ready(pools: dict) -> None:

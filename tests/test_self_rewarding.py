@@ -80,10 +80,17 @@ def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) ->
     coevo(small(warm_cache, "recipe=laser", "rewards=[{name: correct, fn: integer_match}, "
                 "{name: self, laser: true, weight: 0}]", "aggregate={fill: {correct: self}}",
                 "verifier.fraction=0.5", "verifier.accuracy_source=correct", "laser.eval_prompts=16",
-                "train.max_steps=3", "train.eval_every=3", "train.dump_rollouts=true", "--output-dir", str(laser)),
+                "laser.warmup_steps=4", "laser.warmup_resample=2", "laser.warmup_pairs=4", "laser.balance=true",
+                "rollout.temperature=2.0", "train.max_steps=3", "train.eval_every=3", "train.dump_rollouts=true",
+                "--output-dir", str(laser)),
           ray_env, tmp_path)
     rows = read_metrics(laser)
     assert all(r["train/laser_mse"] > 0 and r["train/laser_c"] < 0 for r in rows)
+    summary = json.loads((laser / "summary.json").read_text())
+    assert summary["laser_warmup/steps"] == 4 and summary["laser_warmup/pairs_min"] > 0
+    assert "laser_warmup/self_reward_auroc_after" in summary and "laser_warmup/accuracy_after" in summary
+    # RL keeps the offset c that r was aligned with in the warm-up
+    assert rows[0]["train/laser_c"] == pytest.approx(summary["laser_warmup/c"])
     assert 0 < rows[0]["reward/correct/filled_frac"] < 1
     for key in ("eval/self_reward_auroc", "eval/best_of_8_accuracy", "eval/random_pick_accuracy",
                 "eval/self_reward_pairs_ordered"):
@@ -119,8 +126,12 @@ def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, w
     run_dir = tmp_path / "run"
     out = coevo(small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
                       "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=4",
+                      "judge.warmup_steps=4", "judge.warmup_resample=2", "judge.warmup_batch_size=8",
                       "train.eval_every=2", "--output-dir", str(run_dir)), env, tmp_path)
     assert "started a local Ray cluster (2 CPUs, 127.0.0.1:" in out
+    assert "judging warm-up: step 2/4" in out and "judging warm-up: step 4/4" in out  # re-drawn once
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["judge_warmup/steps"] == 4 and "judge_warmup/auroc_own_samples" in summary
     evals = [r for r in read_metrics(run_dir) if "eval/accuracy" in r]
     assert [r["step"] for r in evals] == [2, 4]
     assert all(0 <= r["eval/judge_score"] <= 1 and "eval/judge_auroc" in r for r in evals)
