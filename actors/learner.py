@@ -4,6 +4,7 @@ and losses from the registries, takes gradient steps and publishes versioned wei
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import time
@@ -20,6 +21,7 @@ from actors.trainable import Trainable, adamw, clip_grad_norm
 
 log = logging.getLogger("coevo.learner")
 REFERENCE_DIR = "reference"
+LASER_FILE = "laser.json"  # LaSeR's offset c, next to the model whose r it belongs to
 
 
 class Learner(Trainable):
@@ -43,6 +45,9 @@ class Learner(Trainable):
         self.skipped_steps = 0
         self.laser_label = config.label_source(config.laser) if config.laser_rewards() else None
         self.laser_c = config.laser.c
+        if self.laser_c is None and model_source and (Path(model_source) / LASER_FILE).is_file():
+            # a model whose r was aligned (LaSeR's warm-up) keeps the offset it was aligned with
+            self.laser_c = json.loads((Path(model_source) / LASER_FILE).read_text())["c"]
         if self.laser_label is not None:
             from actors.judging import single_token
             self.laser_token = single_token(self.tokenizer, config.laser.token, "laser.token")
@@ -53,6 +58,8 @@ class Learner(Trainable):
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str, optimizer: bool = True) -> str:
         out = super().save(path, optimizer)
+        if self.laser_c is not None:
+            (Path(out) / LASER_FILE).write_text(json.dumps({"c": self.laser_c}))
         if optimizer and getattr(self, "_reference_moves", False):
             self.reference.save_pretrained(Path(out) / REFERENCE_DIR)
         return out
@@ -441,7 +448,10 @@ class Learner(Trainable):
         beta, key, sums = self.config.laser.beta, B.REWARD_PREFIX + self.laser_label, {"mse": 0.0, "nll": 0.0}
         with torch_threads(self.alone_threads):
             for table in batches:
-                self._laser_rewards(table)  # fixes c from the first batch
+                if "laser_logprob" not in table.schema.names:
+                    raise B.BatchError("self-verification batches need the generators' `laser_logprob` column")
+                if self.laser_c is None:  # fixed from the first batch, as in RL
+                    self.laser_c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))
                 label = torch.from_numpy(table.column(key).to_numpy(zero_copy_only=False).astype(np.float32))
                 if torch.isnan(label).any():
                     raise B.BatchError(f"self-verification batch has rows without a {key!r} label")

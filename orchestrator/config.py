@@ -442,6 +442,9 @@ class Config(Section):
             raise ValueError(f"algorithm.advantage {self.algorithm.advantage!r} compares the samples of "
                              "a prompt with each other: rollout.samples_per_prompt must be >= 2, got "
                              f"{self.rollout.samples_per_prompt}")
+        if self.laser_rewards() and self.laser.warmup_steps and self.verifier.fraction == 0:
+            raise ValueError(f"laser.warmup_steps={self.laser.warmup_steps} trains on verifier-labelled "
+                             "prompts, but verifier.fraction=0 labels none: raise it or set laser.warmup_steps=0")
         if self.train.max_staleness > 0 and self.algorithm.off_policy in (None, "none"):
             raise ValueError("train.max_staleness > 0 trains on samples from older policies: choose an "
                              "off-policy correction explicitly, algorithm.off_policy=tis or decoupled_ppo")

@@ -106,3 +106,20 @@ def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
         ranks[order[i:j + 1]] = (i + j) / 2 + 1
         i = j + 1
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+async def labelled_samples(ctx, prompts, seq0: int):
+    """Samples of `prompts` from the generators, scored by the verifier (for the warm-ups that train
+    on the policy's own labelled samples)."""
+    from actors import batch as B
+
+    gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
+
+    async def one(i, chunk):
+        table, _ = await gen.call("generate", chunk, seq=seq0 - i, versioned=True)
+        scored, _ = await ver.call("score", table)
+        return scored
+
+    chunks = ctx.split(prompts, max(1, prompts.num_rows // 64))
+    refs = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
+    return B.concat(list(await asyncio.gather(*refs)))

@@ -8,8 +8,6 @@ held-out accuracy, never in the self-rewarding training loop."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from pathlib import Path
 
@@ -19,36 +17,14 @@ import pyarrow as pa
 from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.data import PromptSampler
-from orchestrator.warmup import cache_key
+from orchestrator.evaluation import labelled_samples
+from orchestrator.warmup import fmt, save_stage, stage_path
 
 MARKER = "judge_warmup.json"
 
 
-def cache_path(config) -> Path:
-    return (Path(config.warmup.cache_dir).expanduser().parent / "judges" /
-            cache_key(config, {"judge": config.judge.model_dump(), "kind": "judge",
-                               "rollout": config.rollout.model_dump(), "label": config.accuracy_source()}))
-
-
-def cached_judge(config) -> tuple[Path | None, dict]:
-    path = cache_path(config)
-    if config.warmup.cache and (path / MARKER).is_file():
-        return path, json.loads((path / MARKER).read_text())
-    return None, {}
-
-
-async def labelled_samples(ctx, prompts: pa.Table, seq0: int) -> pa.Table:
-    """Samples of `prompts` from the generators, scored by the verifier."""
-    gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
-
-    async def one(i, chunk):
-        table, _ = await gen.call("generate", chunk, seq=seq0 - i, versioned=True)
-        scored, _ = await ver.call("score", table)
-        return scored
-
-    chunks = ctx.split(prompts, max(1, prompts.num_rows // 64))
-    refs = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
-    return B.concat(list(await asyncio.gather(*refs)))
+def cache_path(config, source: str | None) -> Path:
+    return stage_path(config, "judges", source, config.accuracy_source(), {"judge": config.judge.model_dump()})
 
 
 def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
@@ -85,7 +61,8 @@ async def agreement(ctx, held_out: pa.Table) -> tuple[float, float | None]:
     return agree, auroc(score[ok], label[ok] >= 0.5)
 
 
-async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
+async def warm_up(ctx, out_dir: Path) -> dict:
+    """Fine-tune the policy in `ctx` into a judge; save it to `out_dir`; return the info."""
     cfg, judge = ctx.config, ctx.config.judge
     learner = ctx.pools["policy_learner"]
     channel = Channel("policy", learner, [ctx.pools["generator"]])
@@ -97,7 +74,7 @@ async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
     ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples; on held-out samples the "
-                       f"judge agrees with the verifier {before:.3f} (AUROC {_fmt(auc_before)}) before")
+                       f"judge agrees with the verifier {before:.3f} (AUROC {fmt(auc_before)}) before")
     tasks = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=cfg.seed + 2)
     judged = PromptSampler(rows, seed=cfg.seed + 3)
     n_task = int(judge.warmup_batch_size * judge.warmup_task_fraction)
@@ -107,7 +84,12 @@ async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
             await channel.publish(0)
             train = await labelled_samples(ctx, ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows)),
                                            -100_000 - 100 * steps)
-            judged = PromptSampler(judge_rows(train, cfg, rng), seed=cfg.seed + 3 + steps)
+            try:
+                rows = judge_rows(train, cfg, rng)
+                judged = PromptSampler(rows, seed=cfg.seed + 3 + steps)
+            except RuntimeError:  # the policy got every sample right (or wrong): keep the last examples
+                ctx.progress.print(f"judging warm-up: step {steps}: the policy's samples are all correct or all "
+                                   "wrong; training on the previous draw's examples")
         n_judge = min(judge.warmup_batch_size - n_task, judged.table.num_rows)
         n = min(block, judge.warmup_steps - steps)
         batches = [pa.concat_tables([judged.next(n_judge)] + ([tasks.next(n_task)] if n_task else [])) for _ in range(n)]
@@ -122,19 +104,13 @@ async def judge_warm_up(ctx, fallback_dir: Path) -> dict:
     own, auc_own = await agreement(ctx, await labelled_samples(ctx, ctx.prompts.eval, -6000))
     from orchestrator.evaluation import greedy_accuracy
     accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
+    # examples: of the last draw
     info = {"judge_warmup/steps": steps, "judge_warmup/examples": rows.num_rows, "judge_warmup/loss": loss,
             "judge_warmup/agreement_before": before, "judge_warmup/agreement_after": after,
             "judge_warmup/auroc_before": auc_before, "judge_warmup/auroc_after": auc_after,
             "judge_warmup/agreement_own_samples": own, "judge_warmup/auroc_own_samples": auc_own,
             "judge_warmup/accuracy_after": accuracy, "judge_warmup/time_s": time.perf_counter() - start}
-    ctx.progress.print(f"judging warm-up: agreement {before:.3f} -> {after:.3f}, AUROC {_fmt(auc_before)} -> "
-                       f"{_fmt(auc_after)} after {steps} steps (on the fine-tuned policy's own samples: "
-                       f"{own:.3f}, AUROC {_fmt(auc_own)}); held-out task accuracy {accuracy:.3f}")
-    path = cache_path(cfg) if cfg.warmup.cache else Path(fallback_dir)
-    await learner.call("save", str(path), False, table=False)
-    (path / MARKER).write_text(json.dumps(info))
-    return {**info, "path": str(path)}
-
-
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.3f}"
+    ctx.progress.print(f"judging warm-up: agreement {before:.3f} -> {after:.3f}, AUROC {fmt(auc_before)} -> "
+                       f"{fmt(auc_after)} after {steps} steps (on the fine-tuned policy's own samples: "
+                       f"{own:.3f}, AUROC {fmt(auc_own)}); held-out task accuracy {accuracy:.3f}")
+    return await save_stage(learner, out_dir, MARKER, info)

@@ -9,7 +9,6 @@ warm-up; the verifier labels the warm-up's samples, as it labels a quarter of th
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -18,26 +17,17 @@ import pyarrow as pa
 
 from actors import batch as B
 from orchestrator.channels import Channel
-from orchestrator.judge_warmup import labelled_samples
-from orchestrator.warmup import cache_key
+from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
+from orchestrator.warmup import fmt, save_stage, stage_path
 
 MARKER = "laser_warmup.json"
 _EVAL_SEQ = -3_000_000  # request numbers of the warm-up's own samples, apart from the run's
 
 
-def cache_path(config) -> Path:
+def cache_path(config, source: str | None) -> Path:
     laser = config.laser.model_dump(include={k for k in config.laser.model_dump() if k.startswith("warmup")}
                                     | {"token", "beta", "c"})
-    return (Path(config.warmup.cache_dir).expanduser().parent / "laser" /
-            cache_key(config, {"laser": laser, "kind": "laser", "rollout": config.rollout.model_dump(),
-                               "label": config.label_source(config.laser)}))
-
-
-def cached_laser(config) -> tuple[Path | None, dict]:
-    path = cache_path(config)
-    if config.warmup.cache and (path / MARKER).is_file():
-        return path, json.loads((path / MARKER).read_text())
-    return None, {}
+    return stage_path(config, "laser", source, config.label_source(config.laser), {"laser": laser})
 
 
 def pair_indices(label: np.ndarray, groups: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -59,9 +49,8 @@ def pair_batch(table: pa.Table, pairs: list, n: int, rng: np.random.Generator) -
     return table.take(pa.array(idx, pa.int64()))
 
 
-async def laser_warm_up(ctx, fallback_dir: Path) -> dict:
-    from orchestrator.evaluation import greedy_accuracy, self_reward_quality
-
+async def warm_up(ctx, out_dir: Path) -> dict:
+    """Align r on the policy's own labelled samples; save the policy (with its c) to `out_dir`."""
     cfg, laser = ctx.config, ctx.config.laser
     learner = ctx.pools["policy_learner"]
     channel = Channel("policy", learner, [ctx.pools["generator"]])
@@ -76,23 +65,37 @@ async def laser_warm_up(ctx, fallback_dir: Path) -> dict:
     if "labelled" in prompts.schema.names:  # only the prompts the verifier labels (verifier.fraction)
         prompts = prompts.filter(prompts.column("labelled"))
     prompts = prompts.slice(0, min(laser.warmup_prompts, prompts.num_rows))
-    steps, stats, drawn = 0, {}, []
+    if prompts.num_rows == 0:
+        raise ValueError(f"laser.warmup_steps={laser.warmup_steps} needs verifier-labelled training prompts; "
+                         f"verifier.fraction={cfg.verifier.fraction} labels none of {ctx.prompts.train.num_rows}")
+    steps, stats, drawn, samples, pairs = 0, {}, [], None, []
     while steps < laser.warmup_steps:
-        samples = await labelled_samples(ctx, prompts, _EVAL_SEQ - 1000 * (steps + 1))
-        label = samples.column(key).to_numpy(zero_copy_only=False).astype(np.float64)
-        pairs = pair_indices(label, B.group_index(samples))  # unlabelled (NaN) rows join neither side
-        drawn.append(len(pairs))
-        if not pairs:
-            raise RuntimeError(f"self-verification warm-up: none of {prompts.num_rows} training prompts has both "
-                               f"a correct and a wrong sample at step {steps}; nothing to align r with")
+        fresh = await labelled_samples(ctx, prompts, _EVAL_SEQ - 1000 * (steps + 1))
+        label = fresh.column(key).to_numpy(zero_copy_only=False).astype(np.float64)
+        fresh_pairs = pair_indices(label, B.group_index(fresh))  # unlabelled (NaN) rows join neither side
+        accuracy = float(np.mean(label[~np.isnan(label)] >= 0.5))
+        if fresh_pairs:
+            samples, pairs = fresh, fresh_pairs
+            drawn.append(len(pairs))
+        elif not pairs:
+            raise RuntimeError(
+                f"self-verification warm-up: none of {prompts.num_rows} labelled training prompts has both a "
+                f"correct and a wrong sample (sample accuracy {accuracy:.3f}); raise rollout.temperature, "
+                "rollout.samples_per_prompt or laser.warmup_prompts, or set laser.warmup_steps=0")
+        else:
+            ctx.progress.print(f"self-verification warm-up: step {steps}: no prompt has both a correct and a wrong "
+                               f"sample (sample accuracy {accuracy:.3f}); training on the previous draw")
+        if len(pairs) < laser.warmup_pairs and len(drawn) == 1:
+            ctx.progress.print(f"self-verification warm-up: only {len(pairs)} prompts have a correct and a wrong "
+                               f"sample: batches of {len(pairs)} pairs instead of laser.warmup_pairs={laser.warmup_pairs}")
         n = min(laser.warmup_resample, laser.warmup_steps - steps)
         batches = [pair_batch(samples, pairs, laser.warmup_pairs, rng) for _ in range(n)]
         stats = await learner.call("laser_align_steps", batches, laser.warmup_lr, laser.warmup_nll, table=False)
         steps += n
         await channel.publish(0)  # the next samples come from the policy as trained so far
         ctx.progress.print(f"self-verification warm-up: step {steps}/{laser.warmup_steps}, mse "
-                           f"{stats['laser_warmup/mse']:.3f}, nll {stats['laser_warmup/nll']:.3f}, "
-                           f"sample accuracy {float(np.mean(label[~np.isnan(label)] >= 0.5)):.3f}")
+                           f"{stats['laser_warmup/mse']:.3f}, nll {stats['laser_warmup/nll']:.3f} (this draw: "
+                           f"{len(fresh_pairs)} prompts with pairs, sample accuracy {accuracy:.3f})")
     await learner.call("end_warmup", table=False)
     after = await self_reward_quality(ctx, seq=_EVAL_SEQ)
     accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
@@ -102,17 +105,10 @@ async def laser_warm_up(ctx, fallback_dir: Path) -> dict:
             **{f"laser_warmup/{k[5:]}_before": v for k, v in before.items()},
             **{f"laser_warmup/{k[5:]}_after": v for k, v in after.items()},
             **stats, "laser_warmup/accuracy_after": accuracy, "laser_warmup/time_s": time.perf_counter() - started}
-    path = cache_path(cfg) if cfg.warmup.cache else Path(fallback_dir)
-    await learner.call("save", str(path), False, table=False)
-    (path / MARKER).write_text(json.dumps(info))
-    return {**info, "path": str(path)}
+    return await save_stage(learner, out_dir, MARKER, info)
 
 
 def _quality(q: dict) -> str:
     best = next(v for k, v in q.items() if k.startswith("eval/best_of_") and k.endswith("_accuracy"))
-    return (f"AUROC {_fmt(q['eval/self_reward_auroc'])}, pairs ordered {_fmt(q['eval/self_reward_pairs_ordered'])}, "
+    return (f"AUROC {fmt(q['eval/self_reward_auroc'])}, pairs ordered {fmt(q['eval/self_reward_pairs_ordered'])}, "
             f"best-of-N {best:.3f} vs random pick {q['eval/random_pick_accuracy']:.3f}")
-
-
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.3f}"

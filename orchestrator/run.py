@@ -21,7 +21,7 @@ from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
 from orchestrator.roles import RoleError, build_pools
-from orchestrator.warmup import cached, warm_up
+from orchestrator.warmup import cached, cached_stage, warm_up
 
 RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
 
@@ -112,18 +112,20 @@ class Run:
                     pools, warm_ctx = await self._warm_pools(prompts, sources.policy)
                     info = await warm_up(warm_ctx, self.run_dir / "warmup")
                     sources.policy, warm_info = info.pop("path"), info
-            for name, label, cached_stage, stage in _policy_warmups(cfg):
-                path, info = cached_stage(cfg)
-                if path is None:
+            for name, label, stage in _policy_warmups(cfg):  # each fine-tunes the previous one's model
+                path = stage.cache_path(cfg, sources.policy)
+                info = cached_stage(path, stage.MARKER, cfg)
+                if info is None:
                     pools, warm_ctx = await self._warm_pools(prompts, sources.policy, pools)
-                    info = await stage(warm_ctx, self.run_dir / name)
-                    path = info.pop("path")
+                    path = path if cfg.warmup.cache else self.run_dir / name
+                    info = await stage.warm_up(warm_ctx, path)
                 else:
                     self.progress.print(f"{label}: using cached model {path}")
+                    for role in ("generator", "policy_learner"):  # they hold an earlier stage's weights
+                        if role in pools:
+                            pools.pop(role).shutdown()
                 sources.policy = str(path)
                 warm_info.update(info)
-                if name == "laser_warmup" and cfg.laser.c is None:  # r keeps the offset it was aligned with
-                    cfg.laser.c = info["laser_warmup/c"]
             pools = self._drop_temporary(pools)
         self._policy_source = sources.policy
         roles = self.recipe.roles(cfg, sources)
@@ -259,15 +261,15 @@ class Run:
 
 
 def _policy_warmups(cfg) -> list:
-    """The warm-ups that fine-tune the warm policy further before a recipe starts, in order:
-    (name, label, cached(cfg) -> (path | None, info), warm_up(ctx, fallback_dir) -> info with "path")."""
+    """The warm-ups that fine-tune the warm policy further before a recipe starts, in order: (name,
+    label, module with MARKER, cache_path(cfg, source) and warm_up(ctx, out_dir) -> info)."""
     stages = []
     if cfg.judge_rewards() and cfg.judge.warmup_steps:
-        from orchestrator.judge_warmup import cached_judge, judge_warm_up
-        stages.append(("judge_warmup", "judging warm-up", cached_judge, judge_warm_up))
+        from orchestrator import judge_warmup
+        stages.append(("judge_warmup", "judging warm-up", judge_warmup))
     if cfg.laser_rewards() and cfg.laser.warmup_steps:
-        from orchestrator.laser_warmup import cached_laser, laser_warm_up
-        stages.append(("laser_warmup", "self-verification warm-up", cached_laser, laser_warm_up))
+        from orchestrator import laser_warmup
+        stages.append(("laser_warmup", "self-verification warm-up", laser_warmup))
     return stages
 
 

@@ -40,6 +40,34 @@ def _stamp(path: str) -> list:
     return [str(Path(path).expanduser().resolve()), st.st_size, st.st_mtime_ns]
 
 
+def stage_path(config, kind: str, source: str | None, label: str | None, extra: dict) -> Path:
+    """Cache directory of a warm-up stage that fine-tunes `source` (the previous stage's model) on
+    samples labelled by the verifier source `label`: everything that changes its result is in the key."""
+    spec = next((r.model_dump() for r in config.rewards if r.name == label), None)
+    return (Path(config.warmup.cache_dir).expanduser().parent / kind /
+            cache_key(config, {"kind": kind, "source": source, "label": spec, "rollout": config.rollout.model_dump(),
+                               "verifier_fraction": config.verifier.fraction, **extra}))
+
+
+def cached_stage(path: Path, marker: str, config) -> dict | None:
+    """The info of a finished warm-up stage cached at `path` (None: not cached, or caching is off)."""
+    if config.warmup.cache and (path / marker).is_file():
+        return json.loads((path / marker).read_text())
+    return None
+
+
+async def save_stage(learner, path: Path, marker: str, info: dict) -> dict:
+    """Save a warm-up stage's model where the next stage or the run loads it, and its info last (the
+    marker that makes it a cache hit)."""
+    await learner.call("save", str(path), False, table=False)
+    (Path(path) / marker).write_text(json.dumps(info))
+    return info
+
+
+def fmt(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def cached(config) -> tuple[Path | None, dict]:
     path = cache_path(config)
     meta = path / "warmup.json"

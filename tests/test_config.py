@@ -234,6 +234,13 @@ def test_group_relative_advantage_needs_two_samples():
         load_config(None, ["rollout.samples_per_prompt=1", "algorithm.advantage=rloo"])
 
 
+def test_laser_warm_up_needs_labelled_prompts():
+    assert load_config("laser").laser.warmup_steps > 0
+    with pytest.raises(ConfigError, match=r"laser.warmup_steps=1200 .* verifier.fraction=0 labels none"):
+        load_config("laser", ["verifier.fraction=0"])
+    assert load_config("laser", ["verifier.fraction=0", "laser.warmup_steps=0"]).laser.warmup_steps == 0
+
+
 def test_reward_sources_and_their_cross_checks():
     with pytest.raises(ConfigError, match="set one of fn .* model .* judge or laser"):
         load_config(None, ["rewards=[{name: x, fn: exact_match, model: /m}]"])

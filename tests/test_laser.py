@@ -10,12 +10,11 @@ import pytest
 import torch
 
 from actors import batch as B
-from actors.generator import Generator
 from actors.learner import Learner
-from actors.verifier import Verifier
 from orchestrator.config import validate_config
 from orchestrator.data import arithmetic
 from orchestrator.laser_warmup import pair_batch, pair_indices
+from test_learner import rollout_and_score
 
 TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
 
@@ -53,24 +52,65 @@ def test_the_mse_weights_sum_to_one_and_balance_the_classes(balance):
     assert learner._laser_class_weights(one_class)(one_class).tolist() == pytest.approx([0.5, 0.5])
 
 
-def test_self_verification_steps_fit_r_to_the_labels_and_fix_c():
+@pytest.fixture(scope="module")
+def labelled():
+    """The policy's own samples (with log pi(z | x, y)), labelled half right and half wrong: a random
+    tiny policy gets 1-digit sums wrong, and the step must see both classes."""
     cfg = laser_config()
-    prompts = arithmetic(1, ["+"], eval_size=10, seed=0).train.slice(0, 8)
-    table, _ = Generator(cfg, None).generate(prompts, seq=0)
-    verifier = Verifier(cfg)
-    try:
-        table, _ = verifier.score(table)
-    finally:
-        verifier.close()
+    table = rollout_and_score(cfg, arithmetic(1, ["+"], eval_size=10, seed=0).train.slice(0, 8))
+    label = (np.arange(table.num_rows) % 2).astype(np.float32)
+    return cfg, B.replace_column(table, "reward.correct", pa.array(label))
+
+
+def test_self_verification_steps_fit_r_to_the_labels_and_fix_c(labelled):
+    cfg, table = labelled
     learner = Learner(cfg)
     assert learner.laser_c is None
     first = learner.laser_align_steps([table], lr=1e-2, nll_weight=0.05)
     c = first["laser_warmup/c"]
     expected_c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))
     assert c == pytest.approx(expected_c, rel=1e-6)
-    last = learner.laser_align_steps([table] * 30, lr=1e-2, nll_weight=0.05)
+    assert first["laser_warmup/nll"] > 0  # the correct samples' NLL is part of the loss
+    last = learner.laser_align_steps([table] * 40, lr=1e-2, nll_weight=0.05)
     assert last["laser_warmup/c"] == c  # fixed once, as in RL
     assert last["laser_warmup/mse"] < 0.5 * first["laser_warmup/mse"]
+    ids, mask, positions, _, _, p_width = learner._sequences(table)
+    with torch.no_grad():
+        _, tail = learner._response_logits(learner.model, ids, mask, positions, p_width, after=True)
+    r = cfg.laser.beta * (torch.log_softmax(tail, -1)[:, learner.laser_token] - c)
+    label = torch.tensor(table.column("reward.correct").to_numpy())
+    assert r[label == 1].mean() > r[label == 0].mean() + 0.5  # r now tells the two classes apart
     unlabelled = B.replace_column(table, "reward.correct", pa.nulls(table.num_rows, pa.float32()))
     with pytest.raises(B.BatchError, match="reward.correct"):
         learner.laser_align_steps([unlabelled], lr=1e-2, nll_weight=0.05)
+
+
+def test_the_saved_model_keeps_c_and_a_learner_built_from_it_uses_it(tmp_path, labelled):
+    cfg, table = labelled
+    learner = Learner(cfg)
+    learner.laser_align_steps([table], lr=1e-2, nll_weight=0.05)
+    out = learner.save(str(tmp_path / "aligned"), optimizer=False)
+    assert Learner(cfg, model_source=out).laser_c == learner.laser_c
+    assert Learner(laser_config(c=-3.0), model_source=out).laser_c == -3.0  # an explicit c wins
+
+
+@pytest.mark.parametrize("micro_batch_size", [1, 64])
+def test_the_balanced_mse_is_one_mean_over_the_update_whatever_the_micro_batches(labelled, micro_batch_size):
+    """Half the rows unlabelled, and the labelled ones 1:2 correct:wrong; the balanced MSE weighs
+    each class half over the whole update, not per micro-batch."""
+    cfg, table = labelled
+    cfg = cfg.model_copy(update={"laser": cfg.laser.model_copy(update={"balance": True, "c": -5.0}),
+                                 "algorithm": cfg.algorithm.model_copy(update={"micro_batch_size": micro_batch_size})})
+    n = table.num_rows
+    label = np.where(np.arange(n) % 2 == 0, np.nan, (np.arange(n) % 3 == 0).astype(np.float32))
+    table = B.replace_column(table, "reward.correct", pa.array(label, pa.float32(), mask=np.isnan(label)))
+    learner = Learner(cfg)
+    ids, mask, positions, _, _, p_width = learner._sequences(table)
+    with torch.no_grad():
+        _, tail = learner._response_logits(learner.model, ids, mask, positions, p_width, after=True)
+    r = (cfg.laser.beta * (torch.log_softmax(tail, -1)[:, learner.laser_token] + 5.0)).numpy()
+    ok = ~np.isnan(label)
+    good, bad = ok & (label >= 0.5), ok & (label < 0.5)
+    expected = 0.5 * np.mean((r[good] - 1) ** 2) + 0.5 * np.mean(r[bad] ** 2)
+    metrics = learner.train_step(table)
+    assert metrics["train/laser_mse"] == pytest.approx(expected, rel=1e-4)

@@ -77,20 +77,23 @@ def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_pat
 @pytest.mark.slow
 def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) -> None:
     laser = tmp_path / "laser"
-    coevo(small(warm_cache, "recipe=laser", "rewards=[{name: correct, fn: integer_match}, "
-                "{name: self, laser: true, weight: 0}]", "aggregate={fill: {correct: self}}",
-                "verifier.fraction=0.5", "verifier.accuracy_source=correct", "laser.eval_prompts=16",
-                "laser.warmup_steps=4", "laser.warmup_resample=2", "laser.warmup_pairs=4", "laser.balance=true",
-                "rollout.temperature=2.0", "train.max_steps=3", "train.eval_every=3", "train.dump_rollouts=true",
-                "--output-dir", str(laser)),
+    laser_args = ["recipe=laser", "rewards=[{name: correct, fn: integer_match}, {name: self, laser: true, weight: 0}]",
+                  "aggregate={fill: {correct: self}}", "verifier.fraction=0.5", "verifier.accuracy_source=correct",
+                  "laser.eval_prompts=16", "laser.warmup_steps=4", "laser.warmup_resample=2", "laser.warmup_pairs=4",
+                  "laser.balance=true", "rollout.temperature=2.0", "train.eval_every=3"]
+    coevo(small(warm_cache, *laser_args, "train.max_steps=3", "train.dump_rollouts=true", "--output-dir", str(laser)),
           ray_env, tmp_path)
     rows = read_metrics(laser)
     assert all(r["train/laser_mse"] > 0 and r["train/laser_c"] < 0 for r in rows)
     summary = json.loads((laser / "summary.json").read_text())
     assert summary["laser_warmup/steps"] == 4 and summary["laser_warmup/pairs_min"] > 0
     assert "laser_warmup/self_reward_auroc_after" in summary and "laser_warmup/accuracy_after" in summary
-    # RL keeps the offset c that r was aligned with in the warm-up
+    # RL keeps the offset c that r was aligned with in the warm-up, also when the warm-up is cached
     assert rows[0]["train/laser_c"] == pytest.approx(summary["laser_warmup/c"])
+    again = tmp_path / "laser_again"
+    out = coevo(small(warm_cache, *laser_args, "train.max_steps=1", "--output-dir", str(again)), ray_env, tmp_path)
+    assert "self-verification warm-up: using cached model" in out
+    assert read_metrics(again)[0]["train/laser_c"] == pytest.approx(summary["laser_warmup/c"])
     assert 0 < rows[0]["reward/correct/filled_frac"] < 1
     for key in ("eval/self_reward_auroc", "eval/best_of_8_accuracy", "eval/random_pick_accuracy",
                 "eval/self_reward_pairs_ordered"):
