@@ -90,8 +90,17 @@ def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) ->
     assert "laser_warmup/self_reward_auroc_after" in summary and "laser_warmup/accuracy_after" in summary
     # RL keeps the offset c that r was aligned with in the warm-up, also when the warm-up is cached
     assert rows[0]["train/laser_c"] == pytest.approx(summary["laser_warmup/c"])
-    again = tmp_path / "laser_again"
-    out = coevo(small(warm_cache, *laser_args, "train.max_steps=1", "--output-dir", str(again)), ray_env, tmp_path)
+    # The SFT warm-up re-made (its cache entry lost) but the self-verification warm-up cached: the
+    # run must train the cached aligned model, not the pools that hold the fresh SFT weights.
+    for marker in warm_cache.glob("*/warmup.json"):
+        marker.rename(marker.with_suffix(".bak"))
+    try:
+        again = tmp_path / "laser_again"
+        out = coevo(small(warm_cache, *laser_args, "train.max_steps=1", "--output-dir", str(again)), ray_env, tmp_path)
+    finally:
+        for marker in warm_cache.glob("*/warmup.bak"):
+            marker.rename(marker.with_suffix(".json"))
+    assert "warm-up: using cached model" not in out.split("self-verification")[0]  # the SFT warm-up ran
     assert "self-verification warm-up: using cached model" in out
     assert read_metrics(again)[0]["train/laser_c"] == pytest.approx(summary["laser_warmup/c"])
     assert 0 < rows[0]["reward/correct/filled_frac"] < 1
