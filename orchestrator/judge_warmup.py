@@ -18,7 +18,7 @@ from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
-from orchestrator.warmup import fmt, save_stage, stage_path
+from orchestrator.warmup import fmt, save_stage, stage_path, stop_if_requested
 
 MARKER = "judge_warmup.json"
 
@@ -80,6 +80,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     n_task = int(judge.warmup_batch_size * judge.warmup_task_fraction)
     steps, block, loss = 0, judge.warmup_resample or 50, float("nan")
     while steps < judge.warmup_steps:
+        stop_if_requested(ctx, "judging warm-up", steps)
         if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
             await channel.publish(0)
             train = await labelled_samples(ctx, ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows)),

@@ -18,7 +18,7 @@ import pyarrow as pa
 from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
-from orchestrator.warmup import fmt, save_stage, stage_path
+from orchestrator.warmup import fmt, save_stage, stage_path, stop_if_requested
 
 MARKER = "laser_warmup.json"
 _EVAL_SEQ = -3_000_000  # request numbers of the warm-up's own samples, apart from the run's
@@ -70,6 +70,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                          f"verifier.fraction={cfg.verifier.fraction} labels none of {ctx.prompts.train.num_rows}")
     steps, stats, drawn, samples, pairs = 0, {}, [], None, []
     while steps < laser.warmup_steps:
+        stop_if_requested(ctx, "self-verification warm-up", steps)
         fresh = await labelled_samples(ctx, prompts, _EVAL_SEQ - 1000 * (steps + 1))
         label = fresh.column(key).to_numpy(zero_copy_only=False).astype(np.float64)
         fresh_pairs = pair_indices(label, B.group_index(fresh))  # unlabelled (NaN) rows join neither side

@@ -254,7 +254,8 @@ class Run:
                 self.ctx.stop_requested = signame
                 if self.ctx.rollouts is not None:
                     self.ctx.rollouts.interrupt()
-            self.progress.print(f"\n{signame}: saving a checkpoint after this step (again to stop at once)")
+            self.progress.print(f"\n{signame}: stopping after this step, with a checkpoint once training has "
+                                "started (again to stop at once)")
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, handler, sig.name)

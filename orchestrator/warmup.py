@@ -20,6 +20,14 @@ class Stopped(Exception):
         self.signame = signame
 
 
+def stop_if_requested(ctx, what: str, step: int) -> None:
+    """Between a warm-up's blocks: end the run on SIGINT/SIGTERM (a warm-up has no checkpoint)."""
+    if ctx.stop_requested:
+        ctx.progress.stop()
+        raise Stopped(ctx.stop_requested, f"stopped by {ctx.stop_requested} during the {what}, at step {step}; "
+                      "nothing was saved (a new run starts it again)")
+
+
 def cache_key(config, extra: dict | None = None) -> str:
     """Everything that changes the warm model (not where the cache lives)."""
     key = {"model": config.model.model_dump(), "data": config.data.model_dump(exclude={"analogs"}),
@@ -91,10 +99,7 @@ async def warm_up(ctx, fallback_dir: Path) -> dict:
     start, steps, accuracy, loss = time.perf_counter(), 0, 0.0, float("nan")
     held_out = ctx.prompts.eval.select(["prompt", "answer"])
     while steps < cfg.max_steps:
-        if ctx.stop_requested:
-            ctx.progress.stop()
-            raise Stopped(ctx.stop_requested, f"stopped by {ctx.stop_requested} during the warm-up, at SFT step "
-                          f"{steps}; nothing was saved (a new run starts the warm-up again)")
+        stop_if_requested(ctx, "SFT warm-up", steps)
         block = min(cfg.eval_every, cfg.max_steps - steps)
         batches = [sampler.next(min(cfg.batch_size, ctx.prompts.train.num_rows)) for _ in range(block)]
         loss = await learner.call("sft_steps", batches, cfg.lr, table=False)

@@ -5,6 +5,7 @@ that iteration; LaSeR's self-reward reaches the learner; Co-Reward's paired prom
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -161,3 +162,38 @@ def test_rank_quality_orders_within_prompts_and_reranks() -> None:
     assert q["pairs"] == 4 and q["pairs_ordered"] == pytest.approx(3 / 4)
     assert q["best_of_n"] == pytest.approx(0.5) and q["random_pick"] == pytest.approx((1 / 3 + 2 / 3) / 2)
     assert rank_quality(scores, np.ones(6, bool), np.zeros(6, int))["pairs_ordered"] is None
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_self_verification_warm_up_stops_it_at_once(ray_env, warm_cache, tmp_path) -> None:
+    """A warm-up has no checkpoint: Ctrl-C ends it at the next block instead of after all of it."""
+    import signal
+    import threading
+    import time
+
+    from coevo_cli import start, wait_for
+
+    args = small(warm_cache, "recipe=laser", "rewards=[{name: correct, fn: integer_match}, "
+                 "{name: self, laser: true, weight: 0}]", "aggregate={fill: {correct: self}}",
+                 "verifier.fraction=0.5", "verifier.accuracy_source=correct", "laser.eval_prompts=8",
+                 "laser.warmup_steps=5000", "laser.warmup_resample=2", "laser.warmup_pairs=4",
+                 "rollout.temperature=2.0", "--output-dir", str(tmp_path / "run"))
+    proc = start(args, ray_env, tmp_path)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("self-verification warm-up: step 2/5000" in line for line in lines), 180,
+                 "the warm-up's first block")
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert proc.returncode == 130, out[-4000:]
+    assert "stopped by SIGINT during the self-verification warm-up, at step" in out
+    assert "nothing was saved" in out and time.monotonic() - signalled < 60
+    assert not (tmp_path / "run" / "checkpoints").exists()
