@@ -202,7 +202,7 @@ def test_ray_job_stop_checkpoints_and_a_new_job_resumes(ray_cluster, tmp_path) -
         assert time.monotonic() < deadline, status + _job(env, url, "logs", job_id, check=False).stdout[-4000:]
         time.sleep(0.5)
     logs = _job(env, url, "logs", job_id).stdout
-    assert "SIGTERM: saving a checkpoint" in logs and f"resume with:  coevo run --resume --output-dir {run_dir}" in logs
+    assert "SIGTERM: stopping after this step" in logs and f"resume with:  coevo run --resume --output-dir {run_dir}" in logs
     steps = len((run_dir / "metrics.jsonl").read_text().splitlines())
     assert (run_dir / "checkpoints" / f"step_{steps}" / "loop_state.json").is_file()
 
