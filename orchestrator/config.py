@@ -602,7 +602,11 @@ def describe_errors(exc: ValidationError) -> str:
             lines.append(f"  unknown key {key!r}; accepted keys here: {', '.join(accepted)}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"  {key}: {msg} (got {err.get('input')!r})")
+            got = err.get("input")
+            if isinstance(got, dict) or not loc:  # a cross-check of a whole section: its message names the values
+                lines.append(f"  {key}: {msg}")
+            else:
+                lines.append(f"  {key}: {msg} (got {got!r})")
     return "\n".join(lines)
 
 
