@@ -58,7 +58,8 @@ class Learner(Trainable):
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str, optimizer: bool = True) -> str:
         out = super().save(path, optimizer)
-        if self.laser_c is not None:
+        if self.laser_label is not None and self.config.laser.c is None and self.laser_c is not None:
+            # a c learned from the data (not a configured one): a run from this model must keep it
             (Path(out) / LASER_FILE).write_text(json.dumps({"c": self.laser_c}))
         if optimizer and getattr(self, "_reference_moves", False):
             self.reference.save_pretrained(Path(out) / REFERENCE_DIR)

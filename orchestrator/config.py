@@ -603,7 +603,7 @@ def describe_errors(exc: ValidationError) -> str:
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = err.get("input")
-            if isinstance(got, dict) or not loc:  # a cross-check of a whole section: its message names the values
+            if err["type"] == "value_error" and (isinstance(got, dict) or not loc):  # a whole section's cross-check names its values
                 lines.append(f"  {key}: {msg}")
             else:
                 lines.append(f"  {key}: {msg} (got {got!r})")

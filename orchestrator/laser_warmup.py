@@ -79,10 +79,12 @@ async def warm_up(ctx, out_dir: Path) -> dict:
             samples, pairs = fresh, fresh_pairs
             drawn.append(len(pairs))
         elif not pairs:
+            hint = ("a stronger warm start (warmup.target_accuracy)" if accuracy < 0.5 else
+                    "more varied samples (rollout.temperature, rollout.samples_per_prompt)")
             raise RuntimeError(
                 f"self-verification warm-up: none of {prompts.num_rows} labelled training prompts has both a "
-                f"correct and a wrong sample (sample accuracy {accuracy:.3f}); raise rollout.temperature, "
-                "rollout.samples_per_prompt or laser.warmup_prompts, or set laser.warmup_steps=0")
+                f"correct and a wrong sample (sample accuracy {accuracy:.3f}); try {hint} or more prompts "
+                "(laser.warmup_prompts), or set laser.warmup_steps=0")
         else:
             ctx.progress.print(f"self-verification warm-up: step {steps}: no prompt has both a correct and a wrong "
                                f"sample (sample accuracy {accuracy:.3f}); training on the previous draw")
@@ -110,6 +112,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
 
 
 def _quality(q: dict) -> str:
-    best = next(v for k, v in q.items() if k.startswith("eval/best_of_") and k.endswith("_accuracy"))
+    key, best = next((k, v) for k, v in q.items() if k.startswith("eval/best_of_") and k.endswith("_accuracy"))
+    n = key.removeprefix("eval/best_of_").removesuffix("_accuracy")
     return (f"AUROC {fmt(q['eval/self_reward_auroc'])}, pairs ordered {fmt(q['eval/self_reward_pairs_ordered'])}, "
-            f"best-of-N {best:.3f} vs random pick {q['eval/random_pick_accuracy']:.3f}")
+            f"best-of-{n} {best:.3f} vs random pick {q['eval/random_pick_accuracy']:.3f}")

@@ -116,11 +116,16 @@ class Run:
                 path = stage.cache_path(cfg, sources.policy)
                 info = cached_stage(path, stage.MARKER, cfg)
                 if info is None:
+                    if "policy_learner" not in pools:  # a clear shortage message, not actors that never start
+                        cluster.check_resources(cfg, self.recipe.roles(cfg, sources), local)
                     pools, warm_ctx = await self._warm_pools(prompts, sources.policy, pools)
                     path = path if cfg.warmup.cache else self.run_dir / name
                     info = await stage.warm_up(warm_ctx, path)
                 else:
-                    self.progress.print(f"{label}: using cached model {path}")
+                    after = {k.split("/", 1)[1]: v for k, v in info.items() if v is not None and k.split("/", 1)[1] in
+                             ("accuracy_after", "auroc_after", "self_reward_auroc_after", "best_of_n_gain_after")}
+                    self.progress.print(f"{label}: using cached model {path} ("
+                                        + ", ".join(f"{k} {v:.3f}" for k, v in sorted(after.items())) + ")")
                     for role in ("generator", "policy_learner"):  # they hold an earlier stage's weights
                         if role in pools:
                             pools.pop(role).shutdown()

@@ -92,6 +92,9 @@ def test_the_saved_model_keeps_c_and_a_learner_built_from_it_uses_it(tmp_path, l
     out = learner.save(str(tmp_path / "aligned"), optimizer=False)
     assert Learner(cfg, model_source=out).laser_c == learner.laser_c
     assert Learner(laser_config(c=-3.0), model_source=out).laser_c == -3.0  # an explicit c wins
+    # a configured c is not the model's: saving it must not hand it to a run that leaves c open
+    configured = Learner(laser_config(c=-3.0)).save(str(tmp_path / "configured"), optimizer=False)
+    assert Learner(cfg, model_source=configured).laser_c is None
 
 
 @pytest.mark.parametrize("micro_batch_size", [1, 64])
