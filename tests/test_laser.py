@@ -83,6 +83,8 @@ def test_self_verification_steps_fit_r_to_the_labels_and_fix_c(labelled):
     unlabelled = B.replace_column(table, "reward.correct", pa.nulls(table.num_rows, pa.float32()))
     with pytest.raises(B.BatchError, match="reward.correct"):
         learner.laser_align_steps([unlabelled], lr=1e-2, nll_weight=0.05)
+    with pytest.raises(B.BatchError, match="laser_logprob"):
+        learner.laser_align_steps([table.drop_columns(["laser_logprob"])], lr=1e-2, nll_weight=0.05)
 
 
 def test_the_saved_model_keeps_c_and_a_learner_built_from_it_uses_it(tmp_path, labelled):

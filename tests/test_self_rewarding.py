@@ -197,3 +197,14 @@ def test_ctrl_c_during_the_self_verification_warm_up_stops_it_at_once(ray_env, w
     assert "stopped by SIGINT during the self-verification warm-up, at step" in out
     assert "nothing was saved" in out and time.monotonic() - signalled < 60
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_a_self_verification_warm_up_without_pairs_says_what_to_change(ray_env, warm_cache, tmp_path) -> None:
+    """Near-greedy sampling gives every prompt eight copies of one answer: no (correct, wrong) pair."""
+    out = coevo(small(warm_cache, "recipe=laser", "rewards=[{name: correct, fn: integer_match}, "
+                      "{name: self, laser: true, weight: 0}]", "aggregate={fill: {correct: self}}",
+                      "verifier.accuracy_source=correct", "laser.eval_prompts=8", "laser.warmup_steps=4",
+                      "rollout.temperature=0.01", "--output-dir", str(tmp_path / "run")), ray_env, tmp_path, expect=1)
+    assert "none of" in out and "labelled training prompts has both a correct and a wrong sample" in out
+    assert "laser.warmup_steps=0" in out and ("rollout.temperature" in out or "warmup.target_accuracy" in out)
