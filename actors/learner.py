@@ -419,9 +419,7 @@ class Learner(Trainable):
 
     def sft_step(self, prompts: pa.Table, lr: float) -> dict[str, float]:
         """Token-mean cross-entropy on the reference answers (+ EOS) given the prompts."""
-        if getattr(self, "_sft_lr", None) != lr:
-            self._sft_optimizer = adamw(self.model.parameters(), lr=lr)
-            self._sft_lr = lr
+        self._warmup_optimizer(lr)
         ids, targets = self._packed_answers(prompts)
         logits = self.model(input_ids=ids.to(self.device)).logits
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.to(self.device).flatten())
@@ -443,9 +441,7 @@ class Learner(Trainable):
 
         if self.laser_label is None:
             raise RuntimeError("laser_align_steps needs a laser reward source in the config")
-        if getattr(self, "_sft_lr", None) != lr:
-            self._sft_optimizer = adamw(self.model.parameters(), lr=lr)
-            self._sft_lr = lr
+        self._warmup_optimizer(lr)
         beta, key, sums = self.config.laser.beta, B.REWARD_PREFIX + self.laser_label, {"mse": 0.0, "nll": 0.0}
         with torch_threads(self.alone_threads):
             for table in batches:
@@ -473,6 +469,12 @@ class Learner(Trainable):
                 sums["nll"] += nll.item()
         n = max(len(batches), 1)
         return {"laser_warmup/mse": sums["mse"] / n, "laser_warmup/nll": sums["nll"] / n, "laser_warmup/c": self.laser_c}
+
+    def _warmup_optimizer(self, lr: float) -> None:
+        """The warm-ups' own AdamW, kept across their calls at one learning rate."""
+        if getattr(self, "_sft_lr", None) != lr:
+            self._sft_optimizer = adamw(self.model.parameters(), lr=lr)
+            self._sft_lr = lr
 
     def end_warmup(self) -> None:
         self._sft_optimizer = self._sft_lr = None

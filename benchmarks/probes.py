@@ -154,6 +154,7 @@ def laser_align(args) -> None:
     from orchestrator.config import load_config
     from orchestrator.data import load_prompts
     from orchestrator.evaluation import rank_quality
+    from orchestrator.laser_warmup import pair_indices
 
     cfg = load_config("laser", [f"laser.beta={args.beta}", f"seed={args.seed}"])
     prompts = load_prompts(cfg.data, cfg.seed)
@@ -173,15 +174,6 @@ def laser_align(args) -> None:
             logits, tail = lrn._response_logits(lrn.model, ids, mask, pos, pw, after=True)
             r = args.beta * (torch.log_softmax(tail.float(), -1)[:, lrn.laser_token] - lrn.laser_c)
         return r, logits, r_ids, r_mask
-
-    def pairs_of(label, groups):
-        out = []
-        for g in np.unique(groups):
-            rows = np.nonzero(groups == g)[0]
-            good, bad = rows[label[rows] >= .5], rows[label[rows] < .5]
-            if len(good) and len(bad):
-                out.append((good, bad))
-        return out
 
     def quality(table, label, groups):
         lrn.model.eval()
@@ -204,7 +196,7 @@ def laser_align(args) -> None:
     train, tl, tg = samples(train_prompts, -9)
     fixed = samples(prompts.eval, -5)
     lrn.laser_c = float(np.nanmean(train.column("laser_logprob").to_numpy(zero_copy_only=False)))
-    pairs = pairs_of(tl, tg)
+    pairs = pair_indices(tl, tg)
     opt = torch.optim.AdamW(lrn.model.parameters(), lr=args.lr, weight_decay=0.0)
     started = time.perf_counter()
     for step in range(args.steps + 1):
@@ -215,7 +207,7 @@ def laser_align(args) -> None:
             print(json.dumps(row), flush=True)
             if args.resample and 0 < step < args.steps:
                 train, tl, tg = samples(train_prompts, -9 - step)
-                pairs = pairs_of(tl, tg)
+                pairs = pair_indices(tl, tg)
         if step == args.steps:
             break
         pick = rng.choice(len(pairs), min(64, len(pairs)), replace=False)

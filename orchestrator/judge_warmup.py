@@ -69,7 +69,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     start = time.perf_counter()
     rng = np.random.default_rng([cfg.seed, 17])
     await channel.publish(0)
-    train = await labelled_samples(ctx, ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows)), -1000)
+    judged_prompts = ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows))
+    train = await labelled_samples(ctx, judged_prompts, -1000)
     held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
@@ -83,8 +84,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         stop_if_requested(ctx, "judging warm-up", steps)
         if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
             await channel.publish(0)
-            train = await labelled_samples(ctx, ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows)),
-                                           -100_000 - 100 * steps)
+            train = await labelled_samples(ctx, judged_prompts, -100_000 - 100 * steps)
             try:
                 rows = judge_rows(train, cfg, rng)
                 judged = PromptSampler(rows, seed=cfg.seed + 3 + steps)
