@@ -265,10 +265,27 @@ def test_everything_hanging_is_bounded(make_pool, fn):
     out, elapsed = timed(pool, [item(fn, "hang") for _ in range(64)], {fn: 0.5})
     assert all(value is None for value, _ in out)
     timed_out = sum(e == "timed out after 0.5s" for _, e in out)
-    skipped = sum("batch deadline" in e for _, e in out)
+    skipped = sum(e.startswith("timed out (skipped: no sample of") for _, e in out)
     assert timed_out >= 2 and timed_out + skipped == 64
-    assert elapsed < 0.5 + 1.5, elapsed  # serially: 32 s
+    assert pool.stats()["sources"][fn]["timeouts"] == pool.stats()["timeouts"] == 64
+    assert elapsed < 0.5 + 10, elapsed  # serially: 32 s
     assert_normal_speed(pool)
+
+
+@pytest.mark.parametrize("hang_first", [True, False])
+def test_a_hanging_source_costs_no_other_source_its_scores(make_pool, hang_first):
+    """Every sample of one source hangs: the other source keeps all its scores, in either order of
+    the list, and each hanging sample counts as a timeout of its own source."""
+    pool = make_pool("hang", "ok", max_workers=4)
+    hanging = [item("hang", "hang") for _ in range(32)]
+    fine = [item("ok", "x" if i % 2 else "y") for i in range(32)]
+    out = pool.score(hanging + fine if hang_first else fine + hanging, {"hang": 0.5, "ok": 0.5})
+    hung, scored = (out[:32], out[32:]) if hang_first else (out[32:], out[:32])
+    assert scored == [(1.0 if i % 2 else 0.0, None) for i in range(32)]
+    assert all(v is None and e.startswith("timed out") for v, e in hung), hung
+    sources = pool.stats()["sources"]
+    assert sources["hang"]["timeouts"] == sources["hang"]["errors"] == 32
+    assert sources["ok"] == {**sources["ok"], "items": 32, "errors": 0, "timeouts": 0}
 
 
 # ---- hostile functions -----------------------------------------------------------------------------
