@@ -23,6 +23,7 @@ from orchestrator.config import Config
 from orchestrator.data import PromptSampler, PromptSet
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
+from orchestrator.reward_health import RewardHealth, step_counts
 
 
 @dataclass
@@ -74,6 +75,8 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
     ctx.progress.start(recipe.name, total=cfg.train.max_steps, completed=ctx.step)
     row: dict = {}
     busy_before = _busy(ctx)
+    health = RewardHealth({r.name: r.fn or r.name for r in cfg.fn_rewards() + cfg.process_rewards()},
+                          cfg.verifier.max_failed_steps)
     try:
         while ctx.step < cfg.train.max_steps and not ctx.stop_requested:
             step = ctx.step + 1
@@ -125,6 +128,8 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 row["time/eval_s"] = time.perf_counter() - mark
             ctx.metrics.log(row)
             ctx.progress.update(step, step_info(row), force_line=evaluated)
+            for warning in health.observe(step, step_counts([p.info for p in pieces])):  # raises to stop
+                ctx.progress.print(warning)
             if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
                 await checkpoint(ctx, f"step_{step}")
             target = cfg.train.stop_at_accuracy
