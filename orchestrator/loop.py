@@ -117,7 +117,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             for role, busy in busy_now.items():
                 pool = ctx.pools[role]
                 row[f"role/{role}/busy_frac"] = min(1.0, (busy - busy_before.get(role, 0.0)) / (step_s * len(pool.replicas)))
-                row[f"role/{role}/failures"] = sum(r.failures for r in pool.replicas)
+                row[f"role/{role}/failures"] = pool.failures()
                 row[f"role/{role}/retries"] = pool.retries
             busy_before = busy_now
             evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
