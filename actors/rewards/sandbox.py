@@ -439,8 +439,7 @@ class RewardPool:
             return
         self._counts["restarts"] += 1
         head, rest = w.queue[0], list(w.queue)[1:]
-        for seq in reversed(rest):
-            b.pending.appendleft(b.seq_idx[seq])
+        self._give_back(b, rest)
         w.queue.clear()
         w.queue.append(head)
         if why is not None:
@@ -573,6 +572,12 @@ class RewardPool:
         if len(mine) < len(b.pending):
             b.pending = deque([i for i in b.pending if b.sources[i] != source] + mine)
 
+    def _give_back(self, b: _Batch, seqs: list[int]) -> None:
+        """Samples a worker will not run go back first in line, except a hanging source's: last."""
+        idxs = [b.seq_idx[seq] for seq in seqs]
+        b.pending.extendleft(reversed([i for i in idxs if b.sources[i] not in b.hanging]))
+        b.pending.extend(i for i in idxs if b.sources[i] in b.hanging)
+
     def _skip_hung(self, b: _Batch, now: float) -> None:
         """Every worker is stuck: skip the waiting samples of each hanging source that finished no
         sample for its whole time limit. They count as timeouts (their reason starts with "timed
@@ -623,8 +628,7 @@ class RewardPool:
             self._hangs(b, b.sources[b.seq_idx[w.queue[0]]])
             if len(w.queue) > 1:
                 rest = list(w.queue)[1:]
-                for seq in reversed(rest):
-                    b.pending.appendleft(b.seq_idx[seq])
+                self._give_back(b, rest)
                 w.queue = deque([w.queue[0]])
                 w.unsynced = max([b.limits[b.seq_idx[seq]] for seq in rest] + [w.unsynced or 0.0])
                 self._send(w, encode_frame(("drop", w.queue[0])))
