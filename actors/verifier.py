@@ -121,6 +121,9 @@ class Verifier:
             info[f"errors/{spec.name}"] = sum(e is not None for e in errors[spec.name])
             spent = after.get(spec.name, {}).get("seconds", 0.0) - before.get(spec.name, {}).get("seconds", 0.0)
             info[f"seconds/{spec.name}"] = spent  # time the source's function ran, summed over items
+        for spec in self.specs:  # for the run's check on failing sources (orchestrator.reward_health)
+            info[f"scored/{spec.name}"] = int(labelled.sum())
+            info[f"first_error/{spec.name}"] = next((e for e in errors[spec.name] if e is not None), None)
         table = self._scored_details(table, slots, results)  # reasons, VeRPO weights: see below
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
