@@ -120,3 +120,28 @@ def test_commit_flushes_every_file_and_directory_before_the_rename(tmp_path, mon
         assert str(tmp / name).rstrip("/") in before, name
     assert (str(tmp.parent), True) in flushed  # the rename itself, made durable
     assert final == tmp_path / "checkpoints" / "step_1" and (final / "loop_state.json").is_file()
+
+
+def test_a_checkpoint_missing_its_frozen_model_is_refused_by_name(tmp_path) -> None:
+    from orchestrator import frozen
+
+    state = {"frozen": {"policy": None, "reward_models": {"rm": "frozen/reward_models/rm"}}}
+    (tmp_path / "ckpt").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"--resume: the checkpoint lacks its frozen model .*ckpt/frozen/"
+                                                r"reward_models/rm \(no config.json\)"):
+        frozen.from_checkpoint(tmp_path / "ckpt", tmp_path / "run", state, [])
+    with pytest.raises(FileNotFoundError, match=r"the run's frozen model .*run/frozen/reward_models/rm is gone"):
+        frozen.into_checkpoint(tmp_path / "tmp", tmp_path / "run", state["frozen"], [])
+
+
+def test_held_state_refuses_a_malformed_checkpoint_entry_and_merges_a_batch_once() -> None:
+    from orchestrator.held_state import HeldState
+
+    held = HeldState(lambda state, delta: {"n": state.get("n", 0) + delta["n"]})
+    with pytest.raises(ValueError, match=r"held role state must be \{'state': \{...\}, 'seen': \[...\]\}, got list"):
+        held.load_state_dict([1, 2])
+    assert held.merge({"batch": "a", "state": {"n": 2}}) and not held.merge({"batch": "a", "state": {"n": 2}})
+    assert held.merge({"batch": None, "state": {"n": 1}}) and held.state == {"n": 3}
+    copy = HeldState(held._merge)
+    copy.load_state_dict(json.loads(json.dumps(held.state_dict())))
+    assert not copy.merge({"batch": "a", "state": {"n": 2}}) and copy.state == {"n": 3}
