@@ -9,6 +9,7 @@ processes (actors.rewards.sandbox). Rows whose prompt the verifier does not labe
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
@@ -19,6 +20,7 @@ import ray
 from actors import batch as B
 from actors.rewards.aggregate import TOKEN_REWARD_PREFIX
 from actors.rewards.process import split_steps, step_rewards_row, token_positions
+from orchestrator.held_state import DELTA_KEY
 
 # Columns a reward function does not get: prompt, response and dataset columns pass through.
 NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "response"}
@@ -46,8 +48,10 @@ class Verifier:
         scope = getattr(self.sandbox, "scope", None)
         return scope(source) if scope else "sample"
 
-    def _score(self, table: pa.Table) -> tuple[pa.Table, dict]:
-        """Append `reward.<source>` and `reward_error.<source>` for every fn source."""
+    def _score(self, table: pa.Table, held: dict | None = None) -> tuple[pa.Table, dict]:
+        """Append `reward.<source>` and `reward_error.<source>` for every fn source. `held`: the
+        driver's merged statistics (orchestrator.held_state); then this replica keeps none and
+        info[DELTA_KEY] carries what the batch adds."""
         B.validate(table)
         start = time.perf_counter()
         columns = [n for n in table.schema.names
@@ -124,7 +128,9 @@ class Verifier:
         for spec in self.specs:  # for the run's check on failing sources (orchestrator.reward_health)
             info[f"scored/{spec.name}"] = int(labelled.sum())
             info[f"first_error/{spec.name}"] = next((e for e in errors[spec.name] if e is not None), None)
-        table = self._scored_details(table, slots, results)  # reasons, VeRPO weights: see below
+        table, delta = self._scored_details(table, slots, results, held)  # reasons, VeRPO weights: see below
+        if held is not None:
+            info[DELTA_KEY] = delta
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
 
@@ -150,17 +156,35 @@ class Verifier:
         return [s for s, _ in steps], token_positions(ends, [e for _, e in steps])
 
     @ray.method(num_returns=2)
-    def score(self, table: pa.Table) -> tuple[pa.Table, dict]:
-        return self._score(table)
+    def score(self, table: pa.Table, state: dict | None = None) -> tuple[pa.Table, dict]:
+        return self._score(table, state)
 
-    def evaluate(self, table: pa.Table) -> dict[str, float]:
+    def evaluate(self, table: pa.Table, state: dict | None = None) -> dict[str, float]:
         """Score a greedy held-out batch; accuracy is the mean of the accuracy source, failed
         samples counting as `verifier.on_error`."""
         scored, info = self._score(table.drop_columns(["labelled"]) if "labelled" in table.schema.names
-                                   else table)
+                                   else table, state)
         column = scored.column(B.REWARD_PREFIX + self.accuracy_source).fill_null(self.on_error)
-        return {"accuracy": float(np.mean(column.to_numpy())), "samples": scored.num_rows,
-                **B.reward_error_counts(scored)}
+        out = {"accuracy": float(np.mean(column.to_numpy())), "samples": scored.num_rows,
+               **B.reward_error_counts(scored)}
+        if DELTA_KEY in info:
+            out[DELTA_KEY] = info[DELTA_KEY]
+        return out
+
+    @staticmethod
+    def merge_state(state: dict, delta: dict) -> dict:
+        """The driver's merged statistics plus one batch's delta (see _verpo_delta)."""
+        verpo = dict(state.get("verpo", {}))
+        for source, entries in delta.get("verpo", {}).items():
+            stats = dict(verpo.get(source, {}))
+            for pid, (key, decay, attempts, passes) in entries.items():
+                cur = stats.get(pid)
+                if _verpo_entry_fits(cur, key, len(attempts)):
+                    attempts = [decay * float(a) + x for a, x in zip(cur[1], attempts)]
+                    passes = [decay * float(p) + x for p, x in zip(cur[2], passes)]
+                stats[pid] = [key, list(attempts), list(passes)]
+            verpo[source] = stats
+        return {**state, "verpo": verpo}
 
     def state_dict(self) -> dict:
         return dict(self.state)
@@ -175,9 +199,11 @@ class Verifier:
     # A sample function may return {"value", "reason", "details"} (the pool gives a sandbox.Scored
     # float). Its reasons go to `reward_reason.<source>` (why a sample lost marks, e.g. which test
     # failed and how; null where none). Samples whose details carry "verpo" (code_tests in mode
-    # verpo) get VeRPO's difficulty-weighted pass sum instead of their value: the per-(prompt_id,
-    # test) pass counts live in self.state["verpo"][source], so they are checkpointed with the run.
-    def _scored_details(self, table: pa.Table, slots: list, results: list) -> pa.Table:
+    # verpo) get VeRPO's difficulty-weighted pass sum instead of their value. The per-(prompt_id,
+    # test) pass counts are the driver's (`held`, returned as a delta) in a run, else they live in
+    # self.state["verpo"][source] (a Verifier used on its own).
+    def _scored_details(self, table: pa.Table, slots: list, results: list,
+                        held: dict | None) -> tuple[pa.Table, dict | None]:
         from actors.rewards.code import verpo_rewards
         from actors.rewards.sandbox import Scored
 
@@ -191,22 +217,68 @@ class Verifier:
             details = value.details if isinstance(value.details, dict) else {}
             if isinstance(details.get("verpo"), dict) and isinstance(details.get("passed"), list):
                 verpo.setdefault(source, []).append((i, details))
+        delta: dict = {"batch": None, "state": {}}
         if verpo:
             prompt_ids = table.column("prompt_id").to_pylist()
-            state = dict(self.state.get("verpo", {}))
+            base = (self.state if held is None else held).get("verpo", {})
+            state = dict(base)
             for source, rows in verpo.items():
-                state[source], rewards = verpo_rewards(state.get(source, {}),
+                state[source], rewards = verpo_rewards(base.get(source, {}),
                                                        [(prompt_ids[i], d) for i, d in rows])
+                by_prompt: dict[str, list] = {}
+                for i, d in rows:
+                    by_prompt.setdefault(str(prompt_ids[i]), []).append(d)
+                delta["state"].setdefault("verpo", {})[source] = _verpo_delta(base.get(source, {}), state[source],
+                                                                              by_prompt)
                 name = B.REWARD_PREFIX + source
                 v = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
                 for (i, _), reward in zip(rows, rewards):
                     if reward is not None:  # None: malformed details, the sample keeps its value
                         v[i] = reward
                 table = B.replace_column(table, name, pa.array(v, pa.float32(), mask=np.isnan(v)))
-            self.state = {**self.state, "verpo": state}
+            if held is None:
+                self.state = {**self.state, "verpo": state}
+            if "uid" in table.schema.names:  # names the batch, so a retried one is merged once
+                uids = table.column("uid").to_pylist()
+                counted = sorted({str(uids[i]) for rows in verpo.values() for i, _ in rows})
+                delta["batch"] = hashlib.sha256("\n".join(counted).encode()).hexdigest()
         for source, why in reasons.items():
             table = B.replace_column(table, "reward_reason." + source, pa.array(why, pa.string()))
-        return table
+        return table, delta
+
+
+def _verpo_row(details):
+    from actors.rewards.code import _verpo_row as parse  # the parser verpo_rewards uses
+    return parse(details)
+
+
+def _verpo_entry_fits(entry, key, n: int) -> bool:
+    """Whether a stored [key, attempts, passes] entry counts the same tests (else it restarts)."""
+    try:
+        return entry[0] == key and len(entry[1]) == n and len(entry[2]) == n
+    except (TypeError, IndexError, KeyError):
+        return False
+
+
+def _verpo_delta(before: dict, after: dict, details: dict[str, list]) -> dict:
+    """What one batch added per prompt: {prompt_id: [key, decay, attempts, passes]}, so that
+    decay * (the driver's current counts) + added equals verpo_rewards' own update when nothing
+    else changed the prompt meanwhile, and adds this batch to another replica's update otherwise."""
+    delta = {}
+    for pid, entry in after.items():
+        if entry == before.get(pid) or pid not in details:
+            continue
+        key, attempts, passes = entry
+        confs = [c for c in (_verpo_row(d) for d in details[pid]) if c is not None and c[1]["key"] == key]
+        if not confs:
+            continue
+        decay = confs[0][1]["decay"]
+        old = before.get(pid)
+        if _verpo_entry_fits(old, key, len(attempts)):
+            attempts = [a - decay * float(o) for a, o in zip(attempts, old[1])]
+            passes = [p - decay * float(o) for p, o in zip(passes, old[2])]
+        delta[pid] = [key, decay, list(attempts), list(passes)]
+    return delta
 
 
 def _tokenizer(model_cfg):

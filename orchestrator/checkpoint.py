@@ -2,9 +2,16 @@
 holding everything needed to continue — every learner's model and optimizer, the loop's counters
 and data position, the buffered and in-flight rollout pieces, and the verifiers' state.
 
+Every file and directory is fsync'd before the rename, and the parent directory after it, so a
+power loss leaves either the old checkpoint or the complete new one.
+
     checkpoints/step_N/
-      loop_state.json            step, time, sampler position, counters, channel versions
+      loop_state.json            step, time, sampler position, counters, channel versions, held
+                                 role state (the verifiers' merged statistics, one copy)
       <learner role>/            HF save_pretrained + tokenizer + optimizer.pt + learner_state.pt
+      references/<learner role>/ its frozen reference (hard links: orchestrator.frozen)
+      frozen/                    frozen reward models (reward_models/<source>), the sampled policy
+                                 of a recipe without a policy learner (policy)
       rollouts/seq_<s>.parquet   buffered pieces (scored tables); prompts_<s>.parquet: in flight
       source/<name>.parquet      a batch source's own tables (an iteration's preference pairs)
 """
@@ -42,18 +49,38 @@ def begin(run_dir: Path, name: str) -> Path:
     return tmp
 
 
+def fsync_tree(root: Path) -> None:
+    """Flush every file and directory under root (directories after their entries) to disk."""
+    for folder, _, files in os.walk(root, topdown=False):
+        for name in files:
+            _fsync(os.path.join(folder, name), os.O_RDONLY)
+        _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def commit(tmp: Path, state: dict, keep: int) -> Path:
-    """Write the loop state last, then move the directory into place; prune old step_N ones."""
+    """Write the loop state last, flush everything, then move the directory into place; prune old
+    step_N ones."""
     (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+    fsync_tree(tmp)
     final = tmp.parent / tmp.name[1:-len(".tmp")]
     if final.exists():
         old = tmp.parent / f".{final.name}.old"
         shutil.rmtree(old, ignore_errors=True)
         os.rename(final, old)
         os.rename(tmp, final)
+        _fsync(str(tmp.parent), os.O_RDONLY | os.O_DIRECTORY)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, final)
+        _fsync(str(tmp.parent), os.O_RDONLY | os.O_DIRECTORY)
     steps = sorted((p for p in tmp.parent.glob("step_*") if p.is_dir()), key=lambda p: int(p.name[5:]))
     for old in steps[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

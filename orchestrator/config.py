@@ -178,6 +178,9 @@ class ReplicaRole(Section):
     num_gpus: float = Field(0, ge=0)
     threads: int = Field(0, ge=0)  # torch threads per replica; 0: train.threads
     max_restarts: int = Field(10, ge=-1)  # Ray restarts a dead replica this often (-1: always)
+    # a call that takes longer counts as a hung replica: restarted, its work retried once; unset:
+    # the role kind's default (orchestrator.roles.DEFAULT_TIMEOUT_S); null or 0: no limit
+    timeout_s: Optional[float] = Field(None, ge=0)
 
 
 class AlgorithmConfig(Section):
@@ -459,12 +462,13 @@ class Config(Section):
             raise ValueError("aggregate.weights / aggregate.on_error: set rewards[].weight and "
                              "verifier.on_error instead")
         from orchestrator.recipes import RECIPES
-        known = RECIPES.get(self.recipe).role_names(self)
+        kinds = RECIPES.get(self.recipe).role_kinds(self)
+        known = list(kinds)
         unknown = sorted(set(self.roles) - set(known))
         if unknown:
             raise ValueError(f"roles: recipe {self.recipe!r} has no role {unknown[0]!r}; its roles: {known}")
         for name in known:
-            if name.endswith("learner") and name in self.roles and self.roles[name].replicas != 1:
+            if kinds[name] == "learner" and name in self.roles and self.roles[name].replicas != 1:
                 raise ValueError(f"roles.{name}.replicas: a learner runs as one replica")
         chunk = self.rollout.chunk_prompts
         if chunk is not None and self.rollout.prompts_per_step % chunk:

@@ -58,6 +58,11 @@ class Recipe:
         return list(cls.roles(config, Sources()))
 
     @classmethod
+    def role_kinds(cls, config) -> dict[str, str]:
+        """Role name -> its declared kind (orchestrator.roles.KINDS)."""
+        return {name: spec.kind for name, spec in cls.roles(config, Sources()).items()}
+
+    @classmethod
     def roles(cls, config, sources: Sources) -> dict:
         raise NotImplementedError
 

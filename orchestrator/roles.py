@@ -6,6 +6,11 @@ that is alive and holds the pool's current weights version; if the replica dies 
 restarts it, up to `max_restarts`), the call is retried on a live replica, and the restarted one is
 sent the current weights before it gets work again. Every call's result stays in the object store:
 stage methods return `(table, info)` and the driver awaits only the small `info`.
+
+A call that outlives its role's `timeout_s` counts as a hung replica: the replica is killed (Ray
+restarts it) and the work is retried once elsewhere; a second timeout of the same work is a
+RoleError. A weight update that a replica rejects (mismatched keys, a load that raises) is a
+RoleError too, never a replica left waiting for a version it will not get. Kinds: docs/roles.md.
 """
 
 from __future__ import annotations
@@ -19,10 +24,21 @@ from typing import Any
 import ray
 
 from actors.registry import import_path
+from orchestrator.held_state import DELTA_KEY, HeldState
 
 log = logging.getLogger("coevo")
 ACTOR_ERRORS = (ray.exceptions.RayActorError,)  # died, or unreachable while restarting
 REVIVE_TIMEOUT_S = 300.0  # a replica that stays unreachable this long counts as dead
+
+# What a role is, declared by its recipe (docs/roles.md). learner: trains; one replica, never
+# restarted (its state lives in it), checkpointed with its frozen reference. generator: samples
+# with a channel's weights (judges too). verifier: rule-based rewards; the driver holds its
+# statistics. scorer: reward models, frozen or fed by a channel.
+KINDS = ("learner", "generator", "verifier", "scorer")
+# Seconds a call may take before its replica counts as hung (None: no limit). A learner cannot be
+# restarted, so it has none unless the user sets one; the others get room for a slow first call.
+DEFAULT_TIMEOUT_S = {"learner": None, "generator": 1800.0, "verifier": 900.0, "scorer": 1800.0}
+_KIND_DEFAULT = "kind default"
 
 
 @dataclass
@@ -32,18 +48,30 @@ class RoleSpec:
     actor: str  # `module:Class`, a plain class (the pool makes it a Ray actor)
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    kind: str = ""  # one of KINDS; required
     replicas: int = 1
     num_cpus: float = 1
     num_gpus: float = 0
     threads: int = 0
     max_restarts: int = 10
+    timeout_s: float | None | str = _KIND_DEFAULT  # None or 0: no limit
     # threads picked for overlapped stages rather than by the user: a phase that runs alone (the
     # SFT warm-up, before generation starts) may use every core
     shared_threads: bool = False
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"role actor {self.actor!r}: kind {self.kind!r} is not one of {list(KINDS)}; "
+                             "a recipe declares each role's kind")
+        if self.timeout_s == _KIND_DEFAULT:
+            self.timeout_s = DEFAULT_TIMEOUT_S[self.kind]
+        self.timeout_s = self.timeout_s or None
+        if self.learner:
+            self.max_restarts = 0  # a learner's state lives in it: resume from a checkpoint
+
     @property
     def learner(self) -> bool:
-        return self.max_restarts == 0
+        return self.kind == "learner"
 
 
 class RoleError(RuntimeError):
@@ -70,8 +98,6 @@ def resolve(spec: RoleSpec, override, config=None) -> RoleSpec:
     run at once: on 2 cores, a generator and a learner with 2 threads each ran 5x slower than with
     one each, their spinning OpenMP threads starving each other)."""
     values = {k: getattr(override, k) for k in override.model_fields_set} if override is not None else {}
-    if spec.learner:
-        values.pop("max_restarts", None)  # a learner's state lives in it: resume from a checkpoint
     spec = RoleSpec(**{**spec.__dict__, **values})
     if not spec.threads and config is not None:
         overlapping = config.train.max_staleness > 0
@@ -95,6 +121,9 @@ class Pool:
         self.version = 0
         self.weights: ray.ObjectRef | None = None  # the latest published payload, for restarted replicas
         self.fatal: BaseException | None = None
+        # statistics the replicas share, held here (orchestrator.held_state): an actor class opts in
+        # with a static merge_state(state, delta)
+        self.held = HeldState(cls.merge_state) if hasattr(cls, "merge_state") else None
         self._changed = asyncio.Condition()
         self.calls = self.retries = 0
         self.created = time.perf_counter()
@@ -130,25 +159,43 @@ class Pool:
         """Run `method` on one replica. `table=True`: the method returns `(table, info)`; this
         returns `(table_ref, info)` having fetched only `info`. Otherwise returns the value.
         `versioned`: pass `expect_version` so a replica holding other weights refuses the work."""
-        attempts = 0
+        attempts = timeouts = 0
+        held = self.held is not None and method in self.held.methods
         while True:
             rep = self.replicas[replica] if replica is not None else await self._acquire()
             if replica is not None:
+                if self.fatal is not None:
+                    raise self.fatal
                 rep.inflight += 1
             self.calls += 1
             start = time.perf_counter()
             try:
                 if versioned and self.weights is not None:
                     kwargs["expect_version"] = rep.version
+                if held:
+                    kwargs["state"] = self.held.ref()
                 fn = getattr(rep.handle, method)
                 if table:
                     table_ref, info_ref = fn.options(num_returns=2).remote(*args, **kwargs)
-                    info = await info_ref
+                    info = await self._wait(info_ref)
                     rep.busy_s += info.get("busy_s", time.perf_counter() - start)
+                    if held:
+                        self.held.merge(info.pop(DELTA_KEY, None))
                     return table_ref, info
-                value = await fn.remote(*args, **kwargs)
+                value = await self._wait(fn.remote(*args, **kwargs))
                 rep.busy_s += time.perf_counter() - start
+                if held and isinstance(value, dict):
+                    self.held.merge(value.pop(DELTA_KEY, None))
                 return value
+            except TimeoutError:
+                timeouts += 1
+                self._hung(rep, method)
+                if timeouts > 1 or replica is not None or self.spec.max_restarts == 0:
+                    raise RoleError(f"role {self.name!r} ({self.class_name}): {method} on replica {rep.index} "
+                                    f"gave no answer within roles.{self.name}.timeout_s={self.spec.timeout_s:g}s"
+                                    f"{' for the second time (retried once)' if timeouts > 1 else ''}; "
+                                    f"the replica was killed{'' if self.spec.max_restarts else ' and cannot be restarted'}. "
+                                    f"Raise the timeout if the work is just slow") from None
             except ACTOR_ERRORS as e:
                 self._lost(rep, e)
             except ray.exceptions.RayTaskError as e:
@@ -161,6 +208,20 @@ class Pool:
             self.retries += 1
             if replica is not None or attempts > len(self.replicas) * (max(self.spec.max_restarts, 1) + 1):
                 raise RoleError(f"role {self.name!r}: {method} failed {attempts} times; replicas keep dying")
+
+    async def _wait(self, ref):
+        """The call's answer, or TimeoutError past the role's timeout_s."""
+        async def get():
+            return await ref
+        return await asyncio.wait_for(get(), self.spec.timeout_s)
+
+    def _hung(self, rep: Replica, method: str) -> None:
+        """A replica that does not answer but has not died: kill it so Ray restarts it (its work
+        goes elsewhere, it gets the current weights before new work)."""
+        log.warning("role %s: replica %d (%s) gave no answer to %s within %gs; restarting it", self.name,
+                    rep.index, self.class_name, method, self.spec.timeout_s)
+        ray.kill(rep.handle, no_restart=False)
+        self._lost(rep, TimeoutError(method))
 
     def _lost(self, rep: Replica, error: BaseException) -> None:
         """A replica failed mid-call: take it out of rotation until Ray has restarted it and it
@@ -196,6 +257,8 @@ class Pool:
             rep.dead = True
             if all(r.dead for r in self.replicas):
                 self.fatal = RoleError(describe_death(self, rep, e))
+        except ray.exceptions.RayTaskError as e:
+            self._rejected(rep, self.version, e)
         async with self._changed:
             self._changed.notify_all()
 
@@ -208,11 +271,15 @@ class Pool:
     async def set_weights(self, version: int, payload: ray.ObjectRef, wait: bool = True) -> None:
         """Send a published version to every replica. Each replica applies it between its requests
         (actor calls run in order); it gets new work only once it has acknowledged the version."""
+        if self.fatal is not None:
+            raise self.fatal
         self.version, self.weights = version, payload
         syncs = [self._sync(r, version, payload) for r in self.replicas if r.alive]
         if wait:
             await asyncio.gather(*syncs)
-        else:
+            if self.fatal is not None:
+                raise self.fatal
+        else:  # a rejection is raised by the next call to this pool (it waits for the version)
             for s in syncs:
                 asyncio.ensure_future(s)
 
@@ -222,8 +289,21 @@ class Pool:
             rep.version = max(rep.version, version)
         except ACTOR_ERRORS as e:
             self._lost(rep, e)
+        except ray.exceptions.RayTaskError as e:
+            self._rejected(rep, version, e)
         async with self._changed:
             self._changed.notify_all()
+
+    def _rejected(self, rep: Replica, version: int, error: ray.exceptions.RayTaskError) -> None:
+        """A live replica refused a weight update (keys, shapes, dtypes, a load that raised). It
+        would wait for that version forever; the same payload would fail again on a restart, so
+        the run stops with the cause (fail closed, never train on mixed weights)."""
+        from orchestrator.errors import actor_error_message
+
+        if self.fatal is None:
+            self.fatal = RoleError(f"role {self.name!r} ({self.class_name}): replica {rep.index} rejected weights "
+                                   f"version {version}: {actor_error_message(error)}")
+        log.error("%s", self.fatal)
 
     def lag(self, learner_version: int) -> int:
         """How many versions the oldest live replica is behind the learner."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import ray
 
 from orchestrator import checkpoint as ckpt
-from orchestrator import cluster
+from orchestrator import cluster, frozen
 from orchestrator.config import Config, ConfigError, dump_config
 from orchestrator.data import PromptSampler, load_prompts
 from orchestrator.loop import RunContext, train
@@ -65,10 +65,17 @@ class Run:
         self.ctx: RunContext | None = None
 
     # ---- sources ------------------------------------------------------------------------------------
+    def _learner_roles(self) -> list[str]:
+        return [name for name, kind in self.recipe.role_kinds(self.config).items() if kind == "learner"]
+
     def _resumed_sources(self) -> Sources:
-        """Model directories of the checkpoint being resumed."""
-        src = Sources(policy=self.state.get("policy_source"), reward_models=dict(self.state.get("reward_models", {})))
-        for role in self.recipe.role_names(self.config):
+        """Model directories of the checkpoint being resumed (its frozen models back in the run
+        directory first: they need not exist anywhere else)."""
+        learners = self._learner_roles()
+        policy, reward_models = frozen.from_checkpoint(self.resume_from, self.run_dir, self.state, learners)
+        self._frozen = self.state.get("frozen")
+        src = Sources(policy=policy, reward_models=reward_models)
+        for role in learners:
             if (self.resume_from / role / "config.json").is_file():
                 src.learners[role] = str(self.resume_from / role)
             if (self.run_dir / f"{role}_reference" / "config.json").is_file():
@@ -132,6 +139,12 @@ class Run:
                 sources.policy = str(path)
                 warm_info.update(info)
             pools = self._drop_temporary(pools)
+        if not nested and self._frozen is None:  # the run's own copies, stored in every checkpoint
+            self._frozen = frozen.freeze(self.run_dir, None if self.recipe.policy else sources.policy,
+                                         sources.reward_models)
+            if self._frozen["policy"]:
+                sources.policy = str(self.run_dir / self._frozen["policy"])
+            sources.reward_models = {n: str(self.run_dir / rel) for n, rel in self._frozen["reward_models"].items()}
         self._policy_source = sources.policy
         roles = self.recipe.roles(cfg, sources)
         cluster.check_resources(cfg, roles, local)
@@ -214,8 +227,15 @@ class Run:
             ref = self.run_dir / f"{role}_reference"
             if (ref / "config.json").is_file():
                 await ctx.pools[role].call("load_reference", str(ref), table=False)
-        if state.get("verifier") and "verifier" in ctx.pools:
-            await ctx.pools["verifier"].broadcast("load_state_dict", state["verifier"])
+        held = state.get("held")
+        if held is None and state.get("verifier"):  # older layout: the verifier role's own state
+            held = {"verifier": {"state": state["verifier"]}}
+        for role, saved in (held or {}).items():
+            pool = ctx.pools.get(role)
+            if pool is None or pool.held is None:
+                raise ValueError(f"{self.resume_from / ckpt.STATE_FILE}: held state for role {role!r}, but this "
+                                 f"recipe has no such role with shared statistics ({sorted(ctx.pools)})")
+            pool.held.load_state_dict(saved)
         ctx.step, ctx.offset_s = state["step"], state["time_s"]
         state["rollouts"]["pieces"] = ckpt.read_pieces(self.resume_from, state["rollouts"].pop("pieces_index", []))
         state["rollouts"]["tables"] = ckpt.read_tables(self.resume_from, state["rollouts"].pop("tables_index", []))
@@ -223,26 +243,31 @@ class Run:
 
     async def _save_references(self, ctx: RunContext) -> None:
         """Frozen references (the KL reference, PRIME's pi_ref) once per run, so a resume keeps them."""
-        learners = [r for r in ctx.pools if r.endswith("learner")]
+        learners = [r for r, pool in ctx.pools.items() if pool.spec.learner]
         await asyncio.gather(*[ctx.pools[r].call("save_reference", str(self.run_dir / f"{r}_reference"),
                                                  table=False) for r in learners])
 
     async def checkpoint(self, ctx: RunContext, name: str) -> Path:
         """Everything needed to continue, atomically."""
         tmp = ckpt.begin(self.run_dir, name)
-        learners = [r for r in ctx.pools if r.endswith("learner")]
+        learners = [r for r, pool in ctx.pools.items() if pool.spec.learner]
         await asyncio.gather(*[ctx.pools[r].call("save", str(tmp / r), table=False) for r in learners])
         snap = await ctx.rollouts.snapshot() if ctx.rollouts else {"pieces": []}
         snap["pieces_index"] = ckpt.write_pieces(tmp, snap.pop("pieces"))
         snap["tables_index"] = ckpt.write_tables(tmp, snap.pop("tables", {}))
-        verifier = (await ctx.pools["verifier"].call("state_dict", table=False)) if "verifier" in ctx.pools else {}
+        # after the snapshot: a piece it lists as in flight but scored since is merged here, and its
+        # rescoring after a resume is then skipped by its batch key (orchestrator.held_state)
+        held = {r: pool.held.state_dict() for r, pool in ctx.pools.items() if pool.held is not None}
+        if self._frozen:
+            frozen.into_checkpoint(tmp, self.run_dir, self._frozen, learners)
         state = {"step": ctx.step, "time_s": ctx.elapsed(), "sampler": ctx.sampler.state(),
-                 "learners": learners, "versions": ctx.versions, "rollouts": snap, "verifier": verifier,
-                 "policy_source": self._policy_source, "reward_models": self._reward_model_sources,
-                 "recipe": self.config.recipe}
+                 "learners": learners, "versions": ctx.versions, "rollouts": snap, "held": held,
+                 "frozen": self._frozen, "policy_source": self._policy_source,
+                 "reward_models": self._reward_model_sources, "recipe": self.config.recipe}
         return ckpt.commit(tmp, state, self.config.train.keep_checkpoints)
 
     _reward_model_sources: dict = {}
+    _frozen: dict | None = None  # orchestrator.frozen's index of the run's frozen models
     _policy_source: str | None = None
     _pending_stop: str | None = None
 

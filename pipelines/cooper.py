@@ -36,7 +36,7 @@ class Cooper(GRPO):
         name = trained_source(config)
         start = sources.learners.get("rm_learner", sources.reward_models.get(name))
         roles["rm_learner"] = RoleSpec("actors.reward_learner:RewardLearner", (start,), {"source": name},
-                                       num_cpus=0, max_restarts=0)
+                                       kind="learner", num_cpus=0)
         return roles
 
     def channels(self, ctx) -> dict:

@@ -20,16 +20,17 @@ class GRPO(Recipe):
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
         roles = {
-            "generator": RoleSpec("actors.generator:Generator", (sources.policy,), num_cpus=1),
-            "verifier": RoleSpec("actors.verifier:Verifier", num_cpus=0),
+            "generator": RoleSpec("actors.generator:Generator", (sources.policy,), kind="generator", num_cpus=1),
+            "verifier": RoleSpec("actors.verifier:Verifier", kind="verifier", num_cpus=0),
             "policy_learner": RoleSpec("actors.learner:Learner",
                                        (sources.learners.get("policy_learner", sources.policy),),
-                                       num_cpus=1, max_restarts=0),
+                                       kind="learner", num_cpus=1),
         }
         if config.model_rewards():
-            roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), num_cpus=0)
+            roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), kind="scorer",
+                                              num_cpus=0)
         if config.judge_rewards() and not config.judge.shared:  # the policy's weights, in a pool of its own
-            roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,), num_cpus=0)
+            roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,), kind="generator", num_cpus=0)
         return roles
 
     def channels(self, ctx) -> dict:

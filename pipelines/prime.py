@@ -18,8 +18,8 @@ class Prime(GRPO):
         roles = super().roles(config, sources)
         start = sources.learners.get("prm_learner", sources.policy)
         reference = sources.references.get("prm_learner", sources.policy)
-        roles["prm_learner"] = RoleSpec("actors.prm_learner:ImplicitPRM", (start, reference), num_cpus=0,
-                                        max_restarts=0)
+        roles["prm_learner"] = RoleSpec("actors.prm_learner:ImplicitPRM", (start, reference), kind="learner",
+                                        num_cpus=0)
         return roles
 
     async def score_batch(self, ctx, tables: list) -> list:

@@ -279,10 +279,10 @@ def test_async_warm_up_uses_every_core_then_gives_them_back(config, prompts):
     from orchestrator.config import load_config
     from orchestrator.roles import RoleSpec, resolve
 
-    spec = resolve(RoleSpec("actors.learner:Learner"), None,
+    spec = resolve(RoleSpec("actors.learner:Learner", kind="learner"), None,
                    load_config(None, ["train.max_staleness=1", "algorithm.off_policy=tis"]))
     assert spec.threads == 1 and spec.shared_threads
-    assert not resolve(RoleSpec("actors.learner:Learner"), None, load_config(None, [])).shared_threads
+    assert not resolve(RoleSpec("actors.learner:Learner", kind="learner"), None, load_config(None, [])).shared_threads
     learner = Learner(config, role={"threads": 1, "alone_threads": 0})
     seen = []
     step = learner.sft_step

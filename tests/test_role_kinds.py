@@ -1,0 +1,48 @@
+"""Role kinds are declared by recipes: checked, given per-kind defaults, and used by the config's
+cross-checks in place of role names."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.roles import DEFAULT_TIMEOUT_S, RoleSpec, resolve
+
+CRITIC = '''
+from orchestrator.roles import RoleSpec
+from pipelines.grpo import GRPO
+
+
+class Critic(GRPO):
+    @classmethod
+    def roles(cls, config, sources):
+        return {"critic": RoleSpec("actors.reward_learner:RewardLearner", (None,), kind="learner")}
+'''
+
+
+def test_a_role_without_a_known_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"role actor 'a:B': kind '' is not one of \['learner', 'generator', "):
+        RoleSpec("a:B")
+    with pytest.raises(ValueError, match="kind 'critic' is not one of"):
+        RoleSpec("a:B", kind="critic")
+
+
+def test_kind_defaults_and_the_config_override() -> None:
+    learner = RoleSpec("a:B", kind="learner", max_restarts=5)
+    assert learner.learner and learner.max_restarts == 0 and learner.timeout_s is None
+    assert RoleSpec("a:B", kind="verifier").timeout_s == DEFAULT_TIMEOUT_S["verifier"] == 900.0
+    cfg = load_config(None, ["roles.generator.timeout_s=5", "roles.verifier.timeout_s=0",
+                             "roles.policy_learner.max_restarts=3"])
+    gen = resolve(RoleSpec("a:B", kind="generator"), cfg.roles.get("generator"))
+    assert gen.timeout_s == 5 and not gen.learner
+    assert resolve(RoleSpec("a:B", kind="verifier"), cfg.roles.get("verifier")).timeout_s is None  # 0: no limit
+    assert resolve(RoleSpec("a:B", kind="scorer"), None).timeout_s == 1800.0
+    assert resolve(RoleSpec("a:B", kind="learner"), cfg.roles.get("policy_learner")).max_restarts == 0
+
+
+def test_a_learner_named_critic_is_checked_as_a_learner(tmp_path, monkeypatch) -> None:
+    (tmp_path / "kinds_critic.py").write_text(CRITIC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Exception, match=r"roles.critic.replicas: a learner runs as one replica"):
+        load_config(None, ["recipe=kinds_critic:Critic", "roles.critic.replicas=2"])
+    assert load_config(None, ["recipe=kinds_critic:Critic"]).roles == {}
