@@ -25,7 +25,7 @@ def test_a_replica_killed_between_calls_is_counted(monkeypatch, tmp_path) -> Non
     config = load_config(None, ["ray.num_cpus=1"])
     connect(config.ray)
     try:
-        pool = Pool("verifier", RoleSpec("actors.verifier:Verifier", num_cpus=0), config)
+        pool = Pool("verifier", RoleSpec("actors.verifier:Verifier", kind="verifier", num_cpus=0), config)
         actor_id = pool.replicas[0].handle._actor_id.hex()
 
         async def kill_between_calls() -> None:
