@@ -288,6 +288,7 @@ class RewardPool:
             "memory_mb": self._settings["memory_mb"], "cpu_time_s": self._settings["cpu_time_s"],
             "max_processes": self._settings["max_processes"] if iso.get("uid") is not None else None,
             "notes": [str(n) for n in iso.get("notes", [])][:5], "zygote_threads": reply.get("threads"),
+            "checks": reply.get("checks") if isinstance(reply.get("checks"), dict) else {},
         }
         ours.setblocking(False)
         self._proc, self._ctl = proc, ours
