@@ -24,6 +24,17 @@ from actors.rewards.process import split_steps, step_rewards_row, token_position
 NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "response"}
 
 
+def _allow_env(specs) -> dict[str, str]:
+    """code_tests' `allow_missing_layers` args, for the pool's start-up check (docs/security.md)."""
+    from actors.rewards.code_child import ALLOW_ENV, allowed_missing
+
+    allowed = set()
+    for r in specs:
+        if (r.fn or r.name) == "code_tests" and r.args.get("allow_missing_layers"):
+            allowed |= allowed_missing(r.args["allow_missing_layers"])
+    return {ALLOW_ENV: ",".join(sorted(allowed))} if allowed else {}
+
+
 class Verifier:
     def __init__(self, config, role: dict | None = None):
         from actors.rewards.sandbox import RewardPool
@@ -35,7 +46,8 @@ class Verifier:
         self.accuracy_source = config.accuracy_source()
         v = config.verifier
         self.sandbox = RewardPool({r.name: r.fn or r.name for r in self.specs}, workers=v.workers,
-                                  max_workers=v.max_workers, memory_mb=v.memory_mb, cpu_time_s=v.cpu_time_s)
+                                  max_workers=v.max_workers, memory_mb=v.memory_mb, cpu_time_s=v.cpu_time_s,
+                                  env=_allow_env(self.specs))
         self.timeouts = {r.name: r.timeout_s for r in self.specs}
         self.state: dict = {}  # stateful verifiers (e.g. VeRPO's test weights) keep theirs here
 
@@ -121,6 +133,9 @@ class Verifier:
             info[f"errors/{spec.name}"] = sum(e is not None for e in errors[spec.name])
             spent = after.get(spec.name, {}).get("seconds", 0.0) - before.get(spec.name, {}).get("seconds", 0.0)
             info[f"seconds/{spec.name}"] = spent  # time the source's function ran, summed over items
+            missing = self.sandbox.stats()["isolation"].get("checks", {}).get(spec.name, {}).get("missing")
+            if missing:  # an opted-in weaker sandbox shows in every step's metrics
+                info[f"missing_layers/{spec.name}"] = len(missing)
         table = self._scored_details(table, slots, results)  # reasons, VeRPO weights: see below
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
