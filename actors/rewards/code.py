@@ -9,8 +9,8 @@ test process inherits the pool worker's isolation and adds its own layers.
 The `tests` column
 ------------------
 A list of test strings, or a JSON string holding such a list. Each test string is Python source,
-usually one `assert`, and may hold several statements, all run in the namespace where the code
-was defined::
+usually one `assert`, and may hold several statements (the forms below), all run in the namespace
+where the code was defined::
 
     {"prompt": "def add(a, b): return ", "answer": "a + b",
      "tests": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]}
@@ -41,7 +41,7 @@ held-out prompts too (their own prompt_ids), so take `verifier.accuracy_source` 
 
 Every mode returns a `Scored` float (actors.rewards.worker: the score, with `reason` and `details`
 attributes the pool carries back to the Verifier): `reason` says why a sample lost marks ("1/3 tests
-passed; test 2: AssertionError: 4 != 5; test 3: timed out after 2s"); the Verifier writes it to
+passed; test 2: AssertionError at line 1; test 3: timed out after 2s"); the Verifier writes it to
 `reward_reason.<name>`. `details.passed` is the pass vector.
 
 Args (YAML `args:`; a column of the same name is overridden by them): `mode`; `extract` (`auto`:
@@ -53,7 +53,7 @@ response, 4: tests that do not fit fail with "not run"; keep the reward's `timeo
 `memory_mb` (address space per test process, 256), `max_output_bytes` (stdout+stderr per test,
 1 MiB: past it the test is killed and fails), `file_mb` (largest file a test may write, 16),
 `max_chars` (longest response scored, 100,000: longer ones raise ValueError), `interpreter`
-(default: this Python), and for `verpo`: `prior`, `decay`, `outcome_weight`. RLIMIT_CPU counts
+(default: this Python), `allow_missing_layers` (isolation layers it may run without, see above), and for `verpo`: `prior`, `decay`, `outcome_weight`. RLIMIT_CPU counts
 whole seconds: `cpu_time_s` is rounded, at least 1. When the code fails before any test statement
 runs (an exception, a timeout or a limit while defining it), the remaining tests are not started:
 they would run the same code again.
@@ -64,63 +64,26 @@ YAML::
     - {name: solved, fn: code_tests, weight: 0, args: {mode: all_pass}}
     - {name: verpo, fn: code_tests, timeout_s: 10, args: {mode: verpo, extract: completion}}
 
-Protections, from outside the test process in (each layer is also listed in `isolation()`):
+Protections (docs/security.md has the whole list and what holds where a layer is missing):
 
-- Judged from outside: a test passes only when its process exits with status 0 *and* has written
-  a random per-test token (secrets.token_hex, sent on stdin, never in argv, the environment or a
-  file) to a private pipe after the last statement of the test ran. `sys.exit(0)`, `os._exit(0)`,
-  a crash or a kill before that is a failure. The harness is compiled from `-c` before the code
-  runs (there is no harness file to rewrite), keeps its own references to every builtin it uses,
-  and runs the test statements with a snapshot of the builtins taken before the code ran, in a
-  namespace without names that shadow builtins but `entry` (so replacing `len` or
-  `AssertionError` does not fool a test). `assert a == b` and `assert a != b` are compared
-  strictly: where either side is a plain value (numbers, strings, bytes, None, and
-  lists/tuples/sets/dicts of them), both must be, so an object whose `__eq__` always answers
-  True, or a subclass of int, does not pass.
-- Time: a wall limit per test (the parent kills the test's whole process group with SIGKILL),
-  RLIMIT_CPU (SIGXCPU, then SIGKILL one second later), and a wall budget per response.
-- Memory: RLIMIT_AS (a memory bomb gets MemoryError). Output: at most `max_output_bytes` read from
-  the merged stdout/stderr pipe; past that the process group is killed. Disk: RLIMIT_FSIZE, a
-  fresh throwaway working directory (HOME and TMPDIR too) removed after each test, umask 077.
-- Processes: RLIMIT_NPROC 0 (no fork, no threads; enforced for any uid but root: in the pool the
-  worker is `nobody` when the pool runs as root), its own session and process group (killed after
-  every test, pass or fail), PR_SET_PDEATHSIG (dies with the worker when the pool kills it).
-- Kernel confinement, nested inside the worker's own: no_new_privs, then a Landlock domain of its
-  own (kernel >= 5.13): writes only beneath its directory and /dev/null; ABI >= 4: no TCP connect
-  or bind; ABI >= 6: no signals to, and no abstract unix sockets of, processes outside the test
-  (so not the worker that runs it, whatever the uid). Then a seccomp filter (x86_64, aarch64):
-  socket() for AF_UNIX only (no IPv4/IPv6 of any kind: UDP too, which Landlock does not cover; no
-  packet or netlink sockets), no io_uring, no system calls of another ABI.
-- Environment: PATH, LANG/LC_ALL, HOME and TMPDIR only; `-I` ignores PYTHON* variables and the
-  user site; stdin is /dev/null once the harness has read its payload.
-- Last layer, in the test process (Python level only, so never relied on alone): an audit hook
-  (sys.addaudithook, cannot be removed) that refuses sockets, fork/exec/spawn/subprocess, signals
-  to other processes, ctypes and _posixsubprocess, frame and garbage-collector introspection (where
-  the token would be found: sys._getframe, tb_frame, gi_frame, gc.get_objects ...), opening files
-  for writing outside the directory or for reading outside the standard library and the
-  directory (so not the dataset with its reference answers; str or bytes paths only), and
-  file-system changes outside it. It runs no Python that the code could have patched.
-
-What holds where a layer is missing (a kernel layer the kernel refuses is dropped on the first
-test and `isolation()` says so): without Landlock (old kernels, containers that block it), signals
-to the worker and writes outside the directory are stopped by the audit hook only, at the Python
-level, and the pool's own layers (uid nobody, file permissions) still bound what native code could
-do; a worker killed that way costs that sample a null reward with a reason, not the run. Without
-seccomp (other architectures), the network is closed by Landlock's TCP rules (ABI >= 4) and the
-audit hook. RLIMIT_NPROC does not bind uid 0 (a pool that could not drop to `nobody`, or a direct
-call as root): fork is then refused by the audit hook only, and what escapes is killed with the
-process group after each test (and by the pool's subreaper after the call).
-
-Known limits: code running inside the test process can still, in principle, forge a pass by native
-memory tricks (crafted bytecode through marshal, an unlisted native module); the harness makes the
-token hard to reach, it cannot make it unreachable. Reading files is limited by the audit hook only
-(in the pool the worker may read what root reads, see limits.drop_to). Tests that call library
-functions (math.isclose, ...) trust them: builtins are restored for the tests, standard-library
-modules patched by the code are not.
+- The parent decides: each test is parsed before anything runs (actors.rewards.code_asserts:
+  supported forms are top-level asserts, simple statements, parameterless `def test_*()` and
+  `for` loops over literals or range; anything else holding an assert is a bad row). The test
+  process (actors.rewards.code_harness) only reports plain values of the sub-expressions the parent
+  cannot evaluate itself; it holds no expected value and no secret.
+- Kernel layers of each test process (actors.rewards.code_child): Landlock reads/listings/exec
+  only of its directory and the interpreter's files, writes only in its directory; no TCP; no
+  signals outside; seccomp (AF_UNIX sockets only, no io_uring); no capabilities; rlimits; its
+  process group killed after each test. A missing layer makes the pool refuse to start unless
+  `allow_missing_layers` lists it (then a warning at every start).
+- `reward_reason` holds only text the parent builds (built-in exception class names, lines,
+  limits), never the process's output, messages or values.
+- Last, Python-level layer: an audit hook in the test process (off with
+  COEVO_CODE_TESTS_NO_AUDIT_HOOK=1, for tests that show the kernel alone holds).
 
 Bad input: undecodable bytes or lone surrogates, a missing or malformed `tests` column, a test
-that does not parse, or a response over `max_chars` raise ValueError (the pool turns that into a
-null reward and the message); an empty response, no code, or code that does not parse score 0
+that does not parse or holds an assert in an unsupported form, or a response over `max_chars`
+raise ValueError (the pool turns that into a null reward and the message); an empty response, no code, or code that does not parse score 0
 with a reason, without starting any process.
 """
 
