@@ -44,6 +44,19 @@ def secrets_dir():
     shutil.rmtree(d)
 
 
+# Loads a blocked extension module under a name the block list does not know.
+LOAD_AS = """
+import importlib.util, os, sys
+def load_as(module, alias):
+    so = [p for p in sys.path if p.endswith("lib-dynload")][0]
+    path = [os.path.join(so, n) for n in os.listdir(so) if n.startswith(module + ".")][0]
+    spec = importlib.util.spec_from_file_location(alias, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+"""
+
+
 def corpus(d: str) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
     """(name, code, tests, accepted reason fragments)."""
     public, private = f"{d}/open.txt", f"{d}/root_only.txt"
@@ -99,14 +112,9 @@ def corpus(d: str) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
             assert libc.capget(ctypes.byref(H(0x20080522, 0)), data) == 0
             if not any(data):
                 raise PermissionError("no capabilities")"""), TESTS, ("PermissionError", "ImportError")),
-        ("ctypes under another name", attack("""
-            import importlib.machinery, importlib.util, sys, os, glob
-            so = [p for p in sys.path if p.endswith("lib-dynload")][0]
-            path = [os.path.join(so, n) for n in os.listdir(so) if n.startswith("_ctypes.")][0]
-            spec = importlib.util.spec_from_file_location("evil._ctypes", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            sys.modules["_ctypes"] = mod
+        ("ctypes under another name", attack(LOAD_AS + textwrap.dedent("""
+            import importlib.util, sys, os
+            sys.modules["_ctypes"] = load_as("_ctypes", "evil._ctypes")
             pkg = [os.path.join(p, "ctypes", "__init__.py") for p in sys.path if os.path.isdir(os.path.join(p, "ctypes"))][0]
             spec = importlib.util.spec_from_file_location("evil_ctypes", pkg, submodule_search_locations=[])
             ct = importlib.util.module_from_spec(spec)
@@ -114,15 +122,11 @@ def corpus(d: str) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
             libc = ct.CDLL(None, use_errno=True)
             fd = libc.open(b"/etc/passwd", 0)
             if fd < 0:
-                raise OSError(ct.get_errno(), "open")"""), TESTS, ("PermissionError", "ImportError")),
-        ("_posixsubprocess under another name", attack("""
-            import importlib.util, sys, os
-            so = [p for p in sys.path if p.endswith("lib-dynload")][0]
-            path = [os.path.join(so, n) for n in os.listdir(so) if n.startswith("_posixsubprocess.")][0]
-            spec = importlib.util.spec_from_file_location("x._posixsubprocess", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            os.fork()"""), TESTS, ("PermissionError", "BlockingIOError", "ImportError")),
+                raise OSError(ct.get_errno(), "open")""")), TESTS, ("PermissionError", "ImportError")),
+        ("_posixsubprocess under another name", attack(LOAD_AS + textwrap.dedent("""
+            import os
+            load_as("_posixsubprocess", "x._posixsubprocess")
+            os.fork()""")), TESTS, ("PermissionError", "BlockingIOError", "ImportError")),
         ("signal the worker", attack("import os\nos.kill(os.getppid(), 9)"), TESTS, denied),
     ]
 

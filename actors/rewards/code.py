@@ -83,8 +83,8 @@ Protections (docs/security.md has the whole list and what holds where a layer is
 
 Bad input: undecodable bytes or lone surrogates, a missing or malformed `tests` column, a test
 that does not parse or holds an assert in an unsupported form, or a response over `max_chars`
-raise ValueError (the pool turns that into a null reward and the message); an empty response, no code, or code that does not parse score 0
-with a reason, without starting any process.
+raise ValueError (the pool turns that into a null reward and the message); an empty response, no
+code, or code that does not parse score 0 with a reason, without starting any process.
 """
 
 from __future__ import annotations

@@ -379,13 +379,18 @@ def _probe(iso: dict, base_dir: str) -> list[str]:
                 problems.append(f"landlock:{type(e).__name__}: {e}")
         os.write(w, json.dumps(problems).encode()[:60000])
         os._exit(0)
+    return json.loads(_collect(pid, r, w) or b'["uid:probe died"]')
+
+
+def _collect(pid: int, r: int, w: int) -> bytes:
+    """What a throwaway child wrote to its pipe, once it exited."""
     os.close(w)
     data = b""
     while chunk := os.read(r, 65536):
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
-    return json.loads(data or b'["uid:probe died"]')
+    return data
 
 
 def _probe_isolation(st: dict) -> dict:
@@ -447,13 +452,7 @@ def _check(hook, iso: dict, base_dir: str) -> dict:
             _write_all(w, json.dumps(out).encode())
         finally:
             os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    out = json.loads(data or b'{"error": "the check died"}')
+    out = json.loads(_collect(pid, r, w) or b'{"error": "the check died"}')
     if "error" in out:
         raise RuntimeError(f"start-up check failed: {out['error']}")
     return hook(iso, out["ok"])
