@@ -52,6 +52,8 @@ def test_the_evaluator_refuses_what_could_hang_the_parent():
         evaluate(ast.parse("p ** 10 ** 9 == 1", mode="eval").body, {"p": 7})  # p: a probe's value
     with pytest.raises(OverflowError):
         evaluate(ast.parse("'x' * 10 ** 12", mode="eval").body, {})
+    with pytest.raises(OverflowError):
+        evaluate(ast.parse("sum(list(range(0, p))) == 1", mode="eval").body, {"p": 10 ** 18})
 
 
 def test_decoding_is_strict():
@@ -100,7 +102,7 @@ def test_the_start_up_check_refuses_a_missing_layer_unless_allowed(monkeypatch, 
     assert f"{code_child.ALLOW_ENV}=landlock_signals,landlock_tcp" in str(e.value)
     monkeypatch.setenv(code_child.ALLOW_ENV, "landlock")
     try:
-        assert reward_check({"uid": 65534}, seen) is seen
+        assert reward_check({"uid": 65534}, seen) == seen
         assert "WARNING: code_tests runs WITHOUT" in capsys.readouterr().err
     finally:
         from actors.rewards import code

@@ -219,6 +219,9 @@ def reward_check(iso: dict, seen: dict | None = None) -> dict:
             layers["missing"]["uid"] = ("the pool runs as root (without capabilities): "
                                         + " | ".join(iso.get("notes") or ["drop_privileges=False"]))
         return layers
+    if seen.get("rules"):  # the workers forked from here need not find them again
+        code_child.remember_rules(sys.executable, seen["rules"])
+    seen = {k: v for k, v in seen.items() if k != "rules"}
     _KERNEL[sys.executable] = {k: v for k, v in seen.items() if k != "missing"} | {
         "missing": {k: v for k, v in seen["missing"].items() if k != "uid"}}
     refused = set(seen["missing"]) - code_child.allowed_missing()

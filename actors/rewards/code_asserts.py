@@ -434,7 +434,9 @@ def _plain_arg(v):
 
 
 def _call(fn, name: str, args: list, kwargs: dict):
-    if name in ("range", "list", "tuple", "set", "frozenset", "sorted", "str", "bytes") and args:
+    if name == "range" and all(type(a) is int for a in args) and len(range(*args)) > MAX_SEQ:
+        raise OverflowError("a range that long is refused")
+    if name in ("list", "tuple", "set", "frozenset", "sorted", "str", "bytes") and args:
         if type(args[0]) is int and abs(args[0]) > MAX_SEQ:
             raise OverflowError(f"{name}() of a number that large is refused")
     if name in ("pow",) and len(args) >= 2 and type(args[1]) is int and abs(args[1]) > 10_000 \

@@ -135,6 +135,11 @@ def read_rules(python: str) -> list[tuple[str, int]]:
     return _RULES[python]
 
 
+def remember_rules(python: str, rules: list) -> None:
+    """Rules found by a check in another process (the pool's start-up check)."""
+    _RULES[python] = [(str(path), int(access)) for path, access in rules]
+
+
 # ---- in the forked child, before exec ------------------------------------------------------------------
 def _set_limit(kind: int, value: int) -> None:
     soft, hard = resource.getrlimit(kind)
@@ -198,8 +203,8 @@ print(json.dumps({"read": refused(lambda: os.listdir("/")) and refused(lambda: o
 
 
 def check(python: str, directory: str) -> dict:
-    """Start one test process with every layer here; {"landlock_abi", "holds": [...], "missing":
-    {layer: why}}. `directory` is a scratch directory of this process."""
+    """Start one test process with every layer here; {"landlock_abi", "seccomp", "holds": [...],
+    "missing": {layer: why}, "rules": the read rules}. `directory`: a scratch directory."""
     abi = limits.landlock_abi()
     seccomp = seccomp_program() is not None
     missing: dict[str, str] = {}
@@ -255,7 +260,8 @@ def check(python: str, directory: str) -> dict:
         if not seen.get(key):
             missing.setdefault(layer, f"a test process could still {key.replace('read', 'read outside')}")
     return {"landlock_abi": abi, "seccomp": seccomp and "seccomp" not in missing,
-            "holds": [layer for layer in LAYERS if layer not in missing], "missing": missing}
+            "holds": [layer for layer in LAYERS if layer not in missing], "missing": missing,
+            "rules": rules}
 
 
 def allowed_missing(value=None) -> set[str]:
