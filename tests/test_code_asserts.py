@@ -136,3 +136,20 @@ def test_the_test_process_has_every_kernel_layer_here(tmp_path):
     if found["landlock_abi"] < 6:
         pytest.skip(f"Landlock ABI {found['landlock_abi']} here")
     assert found["missing"] == {} and set(found["holds"]) == set(code_child.LAYERS)
+
+
+def test_the_verifier_hands_allow_missing_layers_to_its_pool():
+    from actors.verifier import Verifier
+    from orchestrator.config import validate_config
+
+    def verifier(layers):
+        return Verifier(validate_config({"rewards": [
+            {"name": "tests", "fn": "code_tests", "args": {"allow_missing_layers": layers}}]}))
+
+    v = verifier(["landlock", "uid"])
+    try:
+        assert v.sandbox.env == {code_child.ALLOW_ENV: "landlock_fs,landlock_signals,landlock_tcp,uid"}
+    finally:
+        v.close()
+    with pytest.raises(ValueError, match="allow_missing_layers: unknown layer 'seccom'"):
+        verifier(["seccom"])

@@ -163,6 +163,7 @@ EVERY_FORM = [
     "import math\nassert math.isclose(add(0.1, 0.2), 0.3)",
     "assert isinstance(add(1, 2), int) and add(1, 2) == 3",
     "assert sorted(add(1, 2)) == [3]",
+    "assert type(add(1, 2)) is int",
     "assert len(add(1, 2)) == 1 and add(1, 2) == 3",
     "def test_add():\n    assert add(1, 2) == 3",
     "for x in [1, 2, 3]:\n    assert add(x, 0) == x",

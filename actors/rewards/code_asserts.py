@@ -39,7 +39,7 @@ MAX_SEQ = 1_000_000  # length of a sequence the parent builds
 FUNCTIONS = {name: getattr(builtins, name) for name in (
     "abs", "len", "round", "min", "max", "sum", "sorted", "set", "frozenset", "list", "tuple", "dict",
     "int", "float", "str", "bool", "all", "any", "range", "isinstance", "reversed", "complex", "bytes",
-    "divmod", "pow", "chr", "ord", "repr")}
+    "divmod", "pow", "chr", "ord", "repr", "type")}
 MATH = {name: getattr(math, name) for name in (
     "isclose", "sqrt", "floor", "ceil", "fabs", "inf", "nan", "pi", "e", "isnan", "isinf", "isfinite",
     "log", "exp", "gcd", "factorial", "comb", "perm", "prod", "fsum")}
