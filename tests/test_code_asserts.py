@@ -153,3 +153,46 @@ def test_the_verifier_hands_allow_missing_layers_to_its_pool():
         v.close()
     with pytest.raises(ValueError, match="allow_missing_layers: unknown layer 'seccom'"):
         verifier(["seccom"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another uid")
+def test_an_unprivileged_uid_keeps_every_layer(tmp_path):
+    """A non-root uid cannot empty its bounding set (no CAP_SETPCAP); under no_new_privs it gains
+    nothing from it, so the layer holds. Run as nobody, with the interpreter shown to it as the
+    pool's zygote does."""
+    import json
+    import shutil
+    import tempfile
+
+    from actors.rewards import mountns
+
+    scratch = tempfile.mkdtemp(prefix="coevo-uid-")  # /tmp itself: nobody reaches it
+    os.chmod(scratch, 0o777)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = {}
+        try:
+            os.close(r)
+            stage = tmp_path / "stage"
+            stage.mkdir()
+            mountns.expose([sys.executable, sys.prefix, sys.base_prefix, *sys.path], 65534, 65534, str(stage))
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)  # the bounding set stays full
+            found = code_child.check(sys.executable, scratch)
+            out = {"holds": found["holds"], "missing": found["missing"]}
+        except BaseException as e:
+            out = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            os.write(w, json.dumps(out).encode())
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    shutil.rmtree(scratch)
+    out = json.loads(data)
+    assert out.get("missing") == {} and "capabilities" in out["holds"], out

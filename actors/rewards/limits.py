@@ -176,10 +176,18 @@ def _capset(effective: int, permitted: int, inheritable: int) -> None:
 def drop_capabilities() -> None:
     """Empty the bounding, ambient, effective, permitted and inheritable sets of this process for
     good: with a non-empty bounding set (needs CAP_SETPCAP), lock securebits first, so that uid 0
-    gains nothing on exec either."""
+    gains nothing on exec either. A non-root uid without CAP_SETPCAP keeps its bounding set (it
+    cannot change it; under no_new_privs it cannot use it either)."""
     bounding = [c for c in range(_last_cap() + 1) if _lib().prctl(PR_CAPBSET_READ, ctypes.c_ulong(c), 0, 0, 0) == 1]
     if bounding:
-        prctl(PR_SET_SECUREBITS, SECURE_NO_CAPS)
+        try:
+            prctl(PR_SET_SECUREBITS, SECURE_NO_CAPS)
+        except PermissionError:
+            # Without CAP_SETPCAP: harmless for a non-root uid under no_new_privs, which gains no
+            # capability on exec whatever its bounding set; never acceptable for uid 0.
+            if os.geteuid() == 0:
+                raise
+            bounding = []
         for cap in bounding:
             prctl(PR_CAPBSET_DROP, cap)
     _check(_lib().prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0), "ambient caps")
