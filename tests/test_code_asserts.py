@@ -165,6 +165,7 @@ def test_an_unprivileged_uid_keeps_every_layer(tmp_path):
     import tempfile
 
     from actors.rewards import mountns
+    from actors.rewards.worker import _collect
 
     scratch = tempfile.mkdtemp(prefix="coevo-uid-")  # /tmp itself: nobody reaches it
     os.chmod(scratch, 0o777)
@@ -187,12 +188,7 @@ def test_an_unprivileged_uid_keeps_every_layer(tmp_path):
         finally:
             os.write(w, json.dumps(out).encode())
             os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
+    data = _collect(pid, r, w)
     shutil.rmtree(scratch)
     out = json.loads(data)
     assert out.get("missing") == {} and "capabilities" in out["holds"], out
