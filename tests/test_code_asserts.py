@@ -40,6 +40,7 @@ def test_asserts_split_into_parent_side_checks_and_probes():
     ("for x in f():\n    assert x", "a for loop over something only the test process can compute"),
     ("def test_f(a):\n    assert a", "test function test_f() with parameters"),
     ("for x in range(5000):\n    assert f(x)", "more than 1000"),
+    ("for g in [abs, len]:\n    assert g(f())", "tests[3] line 1: the loop runs over builtin_function_or_method values"),
 ])
 def test_unsupported_forms_are_bad_rows_naming_test_line_and_forms(test, fragment):
     with pytest.raises(ValueError, match="supported forms|more than") as e:

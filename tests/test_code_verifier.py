@@ -164,13 +164,13 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
             """), None, ("test 1: a value is not a plain value at line 1",)),
         ("int subclass", "class I(int):\n    def __eq__(self, o): return True\n"
                          "def add(a, b):\n    return I(0)\n", None, ("a value is not a plain value",)),
-        ("steal the token (frames)", textwrap.dedent("""
+        ("frame introspection", textwrap.dedent("""
             import os, sys
             f = sys._getframe(1)
             os.write(f.f_locals["rfd"], b"T" + f.f_locals["token"])
             os._exit(0)
             """), None, ("ValueError in the code",)),
-        ("steal the token (traceback)", textwrap.dedent("""
+        ("frames through a traceback", textwrap.dedent("""
             import os
             try:
                 raise ValueError
@@ -179,7 +179,7 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
             os.write(f.f_locals["rfd"], b"T" + f.f_locals["token"])
             os._exit(0)
             """), None, ("AttributeError in the code",)),
-        ("steal the token (gc)", "import gc, os\nobjs = gc.get_objects()\nos._exit(0)\n", None,
+        ("garbage-collector introspection", "import gc, os\nobjs = gc.get_objects()\nos._exit(0)\n", None,
          ("PermissionError in the code",)),
         ("forge results on every fd", textwrap.dedent("""
             import os

@@ -159,6 +159,13 @@ class _Planner:
         if len(values) > MAX_UNROLL:
             raise ValueError(f"tests[{self.i}] line {node.lineno}: the loop has more than {MAX_UNROLL} items")
         for value in values:
+            try:
+                literal(value)  # what the test process is sent in place of the loop variable
+            except ValueError:
+                raise ValueError(f"tests[{self.i}] line {node.lineno}: the loop runs over "
+                                 f"{type(value).__name__} values; only plain values are supported "
+                                 f"(supported forms: {FORMS})") from None
+        for value in values:
             inner = dict(env)
             _bind(node.target, value, inner, self, node)
             self.block(node.body, inner)
