@@ -136,6 +136,9 @@ class Verifier:
             missing = self.sandbox.stats()["isolation"].get("checks", {}).get(spec.name, {}).get("missing")
             if missing:  # an opted-in weaker sandbox shows in every step's metrics
                 info[f"missing_layers/{spec.name}"] = len(missing)
+        for spec in self.specs:  # for the run's check on failing sources (orchestrator.reward_health)
+            info[f"scored/{spec.name}"] = int(labelled.sum())
+            info[f"first_error/{spec.name}"] = next((e for e in errors[spec.name] if e is not None), None)
         table = self._scored_details(table, slots, results)  # reasons, VeRPO weights: see below
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info

@@ -167,6 +167,8 @@ class VerifierConfig(Section):
     max_workers: int = Field(32, ge=1)
     memory_mb: Optional[int] = Field(2048, gt=0)  # address space a reward worker may add
     cpu_time_s: Optional[float] = Field(None, gt=0)  # CPU seconds per sample (the wall limit is timeout_s)
+    # a reward source that fails on every sample this many steps in a row stops the run (0: never)
+    max_failed_steps: int = Field(3, ge=0)
 
 
 class ReplicaRole(Section):

@@ -23,6 +23,7 @@ from orchestrator.config import Config
 from orchestrator.data import PromptSampler, PromptSet
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
+from orchestrator.reward_health import RewardHealth, step_counts
 
 
 @dataclass
@@ -74,6 +75,8 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
     ctx.progress.start(recipe.name, total=cfg.train.max_steps, completed=ctx.step)
     row: dict = {}
     busy_before = _busy(ctx)
+    health = RewardHealth({r.name: r.fn or r.name for r in cfg.fn_rewards() + cfg.process_rewards()},
+                          cfg.verifier.max_failed_steps)
     try:
         while ctx.step < cfg.train.max_steps and not ctx.stop_requested:
             step = ctx.step + 1
@@ -114,7 +117,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             for role, busy in busy_now.items():
                 pool = ctx.pools[role]
                 row[f"role/{role}/busy_frac"] = min(1.0, (busy - busy_before.get(role, 0.0)) / (step_s * len(pool.replicas)))
-                row[f"role/{role}/failures"] = sum(r.failures for r in pool.replicas)
+                row[f"role/{role}/failures"] = pool.failures()
                 row[f"role/{role}/retries"] = pool.retries
             busy_before = busy_now
             evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
@@ -125,6 +128,8 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 row["time/eval_s"] = time.perf_counter() - mark
             ctx.metrics.log(row)
             ctx.progress.update(step, step_info(row), force_line=evaluated)
+            for warning in health.observe(step, step_counts([p.info for p in pieces])):  # raises to stop
+                ctx.progress.print(warning)
             if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
                 await checkpoint(ctx, f"step_{step}")
             target = cfg.train.stop_at_accuracy

@@ -165,9 +165,9 @@ class Pool:
     def _lost(self, rep: Replica, error: BaseException) -> None:
         """A replica failed mid-call: take it out of rotation until Ray has restarted it and it
         holds the current weights again."""
-        rep.failures += 1
         if not rep.alive:
-            return
+            return  # another call that failed on the same death
+        rep.failures += 1
         rep.alive = False
         log.warning("role %s: replica %d (%s) failed (%s); retrying its work elsewhere", self.name, rep.index,
                     self.class_name, type(error).__name__)
@@ -233,9 +233,31 @@ class Pool:
     def busy_s(self) -> float:
         return sum(r.busy_s for r in self.replicas)
 
+    def failures(self) -> int:
+        """Deaths of this role's replicas. A replica killed between calls that Ray restarted before
+        the next call fails no call, so calls alone miss it: Ray's own restart count (from the
+        GCS) is the floor, plus the final death of a replica whose restarts ran out."""
+        for rep in self.replicas:
+            restarts = _restarts(rep.handle)
+            if restarts is not None:
+                rep.failures = max(rep.failures, restarts + int(rep.dead))
+        return sum(r.failures for r in self.replicas)
+
     def shutdown(self) -> None:
         for rep in self.replicas:
             ray.kill(rep.handle, no_restart=True)
+
+
+def _restarts(handle) -> int | None:
+    """How often Ray restarted an actor, or None where the GCS cannot say (no public API reads it
+    without the dashboard, which is off by default)."""
+    try:
+        from ray._private.state import actors
+
+        info = actors(handle._actor_id.hex())
+        return int(info["NumRestarts"]) if info else None
+    except Exception:  # noqa: BLE001  (a count for metrics: never worth failing a step over)
+        return None
 
 
 def _is_stale(error: ray.exceptions.RayTaskError) -> bool:

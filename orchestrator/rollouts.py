@@ -213,9 +213,18 @@ class Rollouts:
                 "counts": dict(self.counts), "pieces": pieces}
 
     async def stop(self) -> None:
+        """Stop producing. Pieces still buffered or in flight are dropped as "run_ended", so the
+        accounting closes (dispatched = consumed + dropped); a checkpoint taken before this keeps
+        them, and a resumed run generates them again under the same seq."""
         self._stopped = True
         self._wake.set()
         for task in [self.producer, *self.tasks]:
             if task is not None:
                 task.cancel()
         await asyncio.gather(*[t for t in [self.producer, *self.tasks] if t is not None], return_exceptions=True)
+        left = [*self.ready.values(), *self.inflight.values()]
+        if left:
+            self.counts["samples/dropped/run_ended"] += sum(p.samples for p in left)
+            self.admitted -= sum(p.groups for p in left)
+            self.ready.clear()
+            self.inflight.clear()

@@ -10,6 +10,7 @@ import time
 from orchestrator.channels import Channel
 from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.recipes import Recipe, Sources
+from orchestrator.reward_health import health_info
 from orchestrator.roles import RoleSpec
 
 
@@ -37,7 +38,8 @@ class GRPO(Recipe):
 
     async def score_piece(self, ctx, table):
         table, info = await ctx.pools["verifier"].call("score", table)
-        out = {"verify_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")}}
+        out = {"verify_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")},
+               **health_info(info)}
         if ctx.config.judge_rewards():  # the policy judges its own samples, at the version it holds now
             judge = ctx.pools.get("judge", ctx.pools["generator"])
             table, info = await judge.call("judge", table, versioned=True)

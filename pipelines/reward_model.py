@@ -47,7 +47,7 @@ class RewardModelTraining(Recipe):
 
     async def score_piece(self, ctx, table):
         table, info = await ctx.pools["verifier"].call("score", table)
-        return table, {"verify_s": info["busy_s"]}
+        return table, {"verify_s": info["busy_s"], **health_info(info)}
 
     async def prepare(self, ctx) -> None:
         """Held-out pairs: the file's split, or pairs built from samples of the held-out prompts."""

@@ -407,8 +407,10 @@ def test_accepts_an_object_with_model_dump():
 
 
 def test_timeouts_are_counted_apart_from_other_errors():
-    table = pa.table({"prompt_id": ["p0", "p0", "p1"],
-                      "reward.f": pa.array([1.0, None, None], pa.float32()),
-                      "reward_error.f": pa.array([None, "timed out after 1s", "ValueError: bad"], pa.string())})
+    skipped = "timed out (skipped: no sample of 'f' finished for 1s while every worker was stuck on its samples)"
+    table = pa.table({"prompt_id": ["p0", "p0", "p1", "p1"],
+                      "reward.f": pa.array([1.0, None, None, None], pa.float32()),
+                      "reward_error.f": pa.array([None, "timed out after 1s", "ValueError: bad", skipped],
+                                                 pa.string())})
     _, metrics = Aggregator(None).apply(table)
-    assert metrics["reward/f/errors"] == 2 and metrics["reward/f/timeouts"] == 1
+    assert metrics["reward/f/errors"] == 3 and metrics["reward/f/timeouts"] == 2  # a skip is a timeout

@@ -30,6 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, -1) == -2"]
 GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
 FAST = {"test_timeout_s": 1.0, "cpu_time_s": 1, "time_limit_s": 3.0}
+# Cases that must end by a limit other than time: wall time to spare, so a loaded machine does not
+# make them "timed out" (the memory bomb did, at load 17 on 2 cores); still under the pool's 10 s.
+NOT_BY_TIME = {"memory bomb": {"test_timeout_s": 8.0, "time_limit_s": 9.0}}
 TIMEOUTS = {"code": 10.0}
 
 
@@ -217,7 +220,8 @@ def test_hostile_corpus_scores_zero_and_the_pool_keeps_serving(pool, tmp_path, c
     with socket.create_server(("127.0.0.1", 0)) as server:
         server.settimeout(0.05)
         corpus = hostile_corpus(server.getsockname()[1], outside)
-        items = [item(code, tests or ADD_TESTS, **FAST) for _, code, tests, _ in corpus]
+        items = [item(code, tests or ADD_TESTS, **{**FAST, **NOT_BY_TIME.get(name, {})})
+                 for name, code, tests, _ in corpus]
         start = time.perf_counter()
         out = pool.score(items, TIMEOUTS)
         hostile_s = time.perf_counter() - start

@@ -1,7 +1,8 @@
 """The sandboxed reward pool: hanging and hostile reward functions cost one sample, not the run.
 
-Every test is bounded by short time limits (0.5-1 s); timing bounds are loose because CI machines
-are shared.
+Every test is bounded by short time limits (0.5-2 s). Tests assert behaviour (values, reasons,
+counters); the few time bounds are loose, far from what the failure they guard against would take,
+because CI machines are shared and loaded (the suite has run at load 17 on 2 cores).
 """
 
 from __future__ import annotations
@@ -178,10 +179,16 @@ def timed(pool, items, timeouts):
 
 
 def assert_normal_speed(pool):
-    """After a hostile batch the pool serves a plain one fast, with every value right."""
+    """After a hostile batch the pool serves a plain one, every value right, with no sample timing
+    out or lost to a dead worker, and keeps its ready workers (the time bound is for a hang only:
+    the batch may restart a zygote the hostile one killed, seconds on a loaded machine)."""
+    before = pool.stats()
     out, elapsed = timed(pool, [item("ok", "x" if i % 2 else "y") for i in range(100)], {"ok": 5.0})
     assert out == [(1.0 if i % 2 else 0.0, None) for i in range(100)]
-    assert elapsed < 0.5, elapsed
+    after = pool.stats()
+    assert [after[k] - before[k] for k in ("timeouts", "deaths")] == [0, 0]
+    assert after["workers"] == pool.workers
+    assert elapsed < 30, elapsed
 
 
 def isolated_from_owner(pool) -> bool:
@@ -206,13 +213,15 @@ def test_trivial_function_is_fast():
     try:
         pool.start()
         items = [("im", {"prompt": "p", "response": str(i % 5), "answer": "3"}) for i in range(256)]
+        spawned = pool.stats()["spawned"]
         times = []
         for _ in range(5):
             out, elapsed = timed(pool, items, {"im": 1.0})
             times.append(elapsed)
         assert [v for v, _ in out] == [float(i % 5 == 3) for i in range(256)]
-        assert sorted(times)[2] < 0.05, times  # ~4 ms on a 2-core machine
-        assert pool.stats()["spawn_ms_mean"] < 500
+        # fast because nothing is started per batch: the same workers serve every batch
+        assert pool.stats()["spawned"] == spawned and pool.stats()["zygote_starts"] == 1
+        assert sorted(times)[2] < 2.0, times  # ~4 ms on an idle 2-core machine
     finally:
         pool.close()
 
@@ -247,13 +256,13 @@ def test_preload_imports_in_the_zygote(make_pool):
 def test_a_tenth_hanging_costs_about_one_limit(make_pool, fn):
     pool = make_pool(fn, "ok", max_workers=16)
     items = [item(fn, "hang" if i % 10 == 3 else "fine") for i in range(100)]
-    out, elapsed = timed(pool, items, {fn: 0.5})
+    out, elapsed = timed(pool, items, {fn: 2.0})
     for i, (value, error) in enumerate(out):
         if i % 10 == 3:
-            assert value is None and error == "timed out after 0.5s"
+            assert value is None and error == "timed out after 2s"
         else:
             assert (value, error) == (1.0, None)
-    assert elapsed < 0.5 + 1.5, elapsed  # serially: 10 x 0.5 s
+    assert elapsed < 12, elapsed  # side by side: about 2 s; one after another: 10 x 2 s
     assert pool.stats()["timeouts"] == 10
     assert_normal_speed(pool)
     assert pool.stats()["workers"] == 2  # the extra workers went with the batch
@@ -265,10 +274,27 @@ def test_everything_hanging_is_bounded(make_pool, fn):
     out, elapsed = timed(pool, [item(fn, "hang") for _ in range(64)], {fn: 0.5})
     assert all(value is None for value, _ in out)
     timed_out = sum(e == "timed out after 0.5s" for _, e in out)
-    skipped = sum("batch deadline" in e for _, e in out)
+    skipped = sum(e.startswith("timed out (skipped: no sample of") for _, e in out)
     assert timed_out >= 2 and timed_out + skipped == 64
-    assert elapsed < 0.5 + 1.5, elapsed  # serially: 32 s
+    assert pool.stats()["sources"][fn]["timeouts"] == pool.stats()["timeouts"] == 64
+    assert elapsed < 0.5 + 10, elapsed  # serially: 32 s
     assert_normal_speed(pool)
+
+
+@pytest.mark.parametrize("hang_first", [True, False])
+def test_a_hanging_source_costs_no_other_source_its_scores(make_pool, hang_first):
+    """Every sample of one source hangs: the other source keeps all its scores, in either order of
+    the list, and each hanging sample counts as a timeout of its own source."""
+    pool = make_pool("hang", "ok", max_workers=4)
+    hanging = [item("hang", "hang") for _ in range(32)]
+    fine = [item("ok", "x" if i % 2 else "y") for i in range(32)]
+    out = pool.score(hanging + fine if hang_first else fine + hanging, {"hang": 0.5, "ok": 0.5})
+    hung, scored = (out[:32], out[32:]) if hang_first else (out[32:], out[:32])
+    assert scored == [(1.0 if i % 2 else 0.0, None) for i in range(32)]
+    assert all(v is None and e.startswith("timed out") for v, e in hung), hung
+    sources = pool.stats()["sources"]
+    assert sources["hang"]["timeouts"] == sources["hang"]["errors"] == 32
+    assert sources["ok"] == {**sources["ok"], "items": 32, "errors": 0, "timeouts": 0}
 
 
 # ---- hostile functions -----------------------------------------------------------------------------
@@ -296,16 +322,14 @@ def test_memory_bomb(make_pool):
     pool = make_pool("memory_bomb", "ok", memory_mb=256)
     out, elapsed = timed(pool, [item("memory_bomb", r) for r in ("a", "bomb", "b")], {"memory_bomb": 5.0})
     assert out[0] == out[2] == (1.0, None)
-    assert out[1][0] is None and "memory limit (256 MB) exceeded" in out[1][1]
-    assert elapsed < 3
+    assert out[1][0] is None and "memory limit (256 MB) exceeded" in out[1][1]  # not the 5 s limit
     assert_normal_speed(pool)
 
 
 def test_cpu_time_limit(make_pool):
     pool = make_pool("cpu_burn", "ok", cpu_time_s=0.5)
     out, elapsed = timed(pool, [item("cpu_burn", "x")], {"cpu_burn": 10.0})
-    assert out[0][0] is None and out[0][1].startswith("CPU time limit (0.5s) exceeded")
-    assert elapsed < 5
+    assert out[0][0] is None and out[0][1].startswith("CPU time limit (0.5s) exceeded")  # not the 10 s limit
     assert_normal_speed(pool)
 
 

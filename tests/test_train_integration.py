@@ -124,6 +124,32 @@ def test_user_dataset_and_reward_function(ray_env, tmp_path) -> None:
     assert 0 < errors < sum(r["samples/count"] for r in rows)
     assert rows[-1]["eval/errors/mine"] > 0
     assert (run_dir / "checkpoints" / "final" / "policy_learner" / "config.json").is_file()
+    # about half the samples fail: the console says so, naming the function and an error
+    assert "warning: reward source 'mine' (function 'my_reward_mod:score') failed on" in out
+    assert "first error: ValueError: refusing" in out
+    # the accounting closes: what admission dispatched ahead of the end is dropped as run_ended
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["samples/pending"] == 0 and summary["samples/lost"] == 0
+    assert summary["samples/dropped/run_ended"] > 0
+    assert summary["samples/dispatched"] == summary["samples/consumed"] + summary["samples/dropped/run_ended"]
+
+
+STRING_REWARD = '''
+def score(prompt, response, answer, **_):
+    return "1.0"  # a string, not a number: every sample fails
+'''
+
+
+@pytest.mark.slow
+def test_a_reward_failing_on_every_sample_stops_the_run(ray_env, warm_cache, tmp_path) -> None:
+    (tmp_path / "str_reward.py").write_text(STRING_REWARD)
+    out = coevo(small(warm_cache, "warmup.enabled=false", "train.max_steps=20", "train.eval_every=20",
+                      "rewards=[{name: one, fn: 'str_reward:score'}]", "verifier.max_failed_steps=2",
+                      "--output-dir", str(tmp_path / "run")), ray_env, tmp_path, expect=1)
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "reward source 'one' (function 'str_reward:score') failed on every " \
+        "sample for 2 steps in a row (steps 1-2); its first error: returned '1.0'" in last, out[-3000:]
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1, 2]
 
 
 KILLER = '''

@@ -22,6 +22,11 @@ def weighted(prompt, response, answer, **_):
         raise ValueError("cannot score")
     return 1.0
 
+def sleepy(prompt, response, answer, **_):
+    import time
+    time.sleep(30)
+    return 1.0
+
 def scaled(prompt, response, answer, factor=1.0, **_):
     return factor * float(response == answer)
 
@@ -79,6 +84,9 @@ def test_columns_errors_and_the_aggregate(user_module):
     errors = scored.column("reward_error.user").to_pylist()
     assert errors[0] is None and "ValueError: cannot score" in errors[1]
     assert info["errors/user"] == 1 and info["errors/acc"] == 0 and info["busy_s"] > 0
+    # what the run's check on failing sources reads (orchestrator.reward_health)
+    assert info["scored/user"] == info["scored/acc"] == 4 and info["first_error/acc"] is None
+    assert "ValueError: cannot score" in info["first_error/user"]
     assert "reward" not in scored.schema.names  # aggregation is the learner's stage
     # dataset and core columns pass through untouched
     assert scored.column("answer").to_pylist() == ["7", "bad", "9", "9"]
@@ -122,3 +130,18 @@ def test_evaluate_reads_the_accuracy_source(user_module):
         verifier.close()
     assert metrics["accuracy"] == 0.5 and metrics["samples"] == 4
     assert metrics["errors/user"] == 1 and metrics["errors/acc"] == 0
+
+
+@pytest.mark.parametrize("hang_first", [True, False])
+def test_a_hanging_reward_does_not_zero_the_accuracy_source(user_module, hang_first):
+    """Issue 15: a function that always hangs, listed before integer_match, nulled integer_match
+    too and held-out accuracy read 0.000. Either order keeps the accuracy."""
+    rewards = [{"name": "slow", "fn": f"{user_module}:sleepy", "timeout_s": 1},
+               {"name": "acc", "fn": "integer_match"}]
+    cfg = config(rewards if hang_first else rewards[::-1], accuracy_source="acc", max_workers=4)
+    verifier = Verifier(cfg)
+    try:
+        metrics = verifier.evaluate(rollouts(["3", "4", "3", "5"] * 16, ["3", "3", "3", "5"] * 16))
+    finally:
+        verifier.close()
+    assert metrics["accuracy"] == 0.75 and metrics["errors/acc"] == 0 and metrics["errors/slow"] == 64

@@ -595,7 +595,8 @@ def _non_null(table: pa.Table, name: str) -> int:
 
 
 def _timeouts(table: pa.Table, name: str) -> int:
-    """Errors that are the reward pool's time limit ("timed out after ...")."""
+    """Errors that are the reward pool's time limit: "timed out after ...", or "timed out
+    (skipped: ...)" for samples skipped because their source hung."""
     hits = pc.starts_with(_combined(table.column(name)).cast(pa.string()), "timed out")
     return int(pc.sum(hits.fill_null(False)).as_py() or 0)
 

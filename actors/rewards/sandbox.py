@@ -11,9 +11,12 @@ Protections, from the owner's side (the worker's own layers are listed in actors
   group (killpg SIGKILL) and the sample marked "timed out after Ns". A worker stuck longer than
   STUCK_S gives its queued samples back; if it sleeps, or computes far longer than its source
   usually takes, new workers stand in (doubling each STUCK_S, up to max_workers), so hanging
-  samples run side by side: about one time limit per batch, not one per hanging sample. If no
-  sample finishes for a whole time limit while samples wait and every worker is stuck, those
-  samples are skipped with a "batch deadline" reason: the batch stays bounded when all hang.
+  samples run side by side: about one time limit per batch, not one per hanging sample. The
+  deadline is per source: a source with a sample stuck or timed out is "hanging", and its waiting
+  samples go behind the other sources' (which then run first, whatever the order of the list). If
+  no sample of a hanging source finishes for its whole time limit while its samples wait and every
+  worker is stuck, those samples (of that source only) are skipped as timed out: the batch stays
+  bounded when all hang, and one source's hang costs no other source its scores.
 - Channel: the owner sends pickles (it trusts itself) and reads back only JSON lines, checked
   field by field with a size cap; it never unpickles what user code could write. Worker stdout and
   stderr go to /dev/null: prints, even raw bytes on fd 1, cannot corrupt the channel or fill memory.
@@ -94,8 +97,10 @@ class _Batch:
         self.pending: deque[int] = deque()
         self.seq_idx: dict[int, int] = {}
         self.retried: set[int] = set()  # items whose worker died with its zygote once already
-        self.start = self.last_progress = time.monotonic()
-        self.stall = max(self.limits, default=0.0)
+        self.start = time.monotonic()
+        self.limit = {source: float(timeouts[source]) for source in set(self.sources)}
+        self.progress = dict.fromkeys(self.limit, self.start)  # by source: when one last finished
+        self.hanging: set[str] = set()  # sources with a sample stuck or timed out in this batch
         for i, (source, kwargs) in enumerate(items):
             if scopes[source] in ("group", "process"):
                 key = "responses" if scopes[source] == "group" else "steps"
@@ -378,7 +383,8 @@ class RewardPool:
             started = time.monotonic()
             self._start_zygote()
             if b is not None:  # importing the functions again is not the samples' fault
-                b.last_progress += time.monotonic() - started
+                for source in b.progress:
+                    b.progress[source] += time.monotonic() - started
         task_r, task_w = os.pipe()
         res_r, res_w = os.pipe()
         wid = self._next_wid
@@ -435,8 +441,7 @@ class RewardPool:
             return
         self._counts["restarts"] += 1
         head, rest = w.queue[0], list(w.queue)[1:]
-        for seq in reversed(rest):
-            b.pending.appendleft(b.seq_idx[seq])
+        self._give_back(b, rest)
         w.queue.clear()
         w.queue.append(head)
         if why is not None:
@@ -486,8 +491,8 @@ class RewardPool:
                 now = time.monotonic()
                 self._check_timeouts(b, now)
                 self._settle_dying(b, now)
-                if b.pending and now - b.last_progress >= b.stall and self._all_stuck(now):
-                    self._skip_pending(b, now)
+                if b.pending and self._all_stuck(now):
+                    self._skip_hung(b, now)
                 if not b.remaining:
                     break
                 self._rebalance(b, now)
@@ -532,7 +537,7 @@ class RewardPool:
         if error is not None:
             st["errors"] += 1
         if progress:
-            b.last_progress = now
+            b.progress[source] = now
         if latency is not None:
             st["seconds"] += latency
             old = self._ema.get(source)
@@ -551,6 +556,7 @@ class RewardPool:
                     self._counts["timeouts"] += 1
                     self._sources[b.sources[idx]]["timeouts"] += 1
                     self._sources[b.sources[idx]]["seconds"] += now - w.head_start
+                    self._hangs(b, b.sources[idx])
                     self._lost(w, b, now, f"timed out after {limit:g}s", kill=True)
 
     def _all_stuck(self, now: float) -> bool:
@@ -558,14 +564,44 @@ class RewardPool:
         return all(w.ready and w.busy() and now - w.head_start >= STUCK_S
                    for w in self._pool.values() if not w.bye)
 
-    def _skip_pending(self, b: _Batch, now: float) -> None:
-        why = (f"skipped: batch deadline (no sample finished for {b.stall:g}s while every worker "
-               f"was stuck on samples that time out)")
-        while b.pending:
-            idx = b.pending.popleft()
-            if b.results[idx] is None:
-                self._counts["deadline_skips"] += 1
-                self._resolve(b, idx, None, why, now, progress=False)
+    def _hangs(self, b: _Batch, source: str) -> None:
+        """`source` has a sample stuck or timed out: its waiting samples go behind the other
+        sources', so a hanging function does not hold up the rest of the batch."""
+        if source in b.hanging:
+            return
+        b.hanging.add(source)
+        mine = [i for i in b.pending if b.sources[i] == source]
+        if len(mine) < len(b.pending):
+            b.pending = deque([i for i in b.pending if b.sources[i] != source] + mine)
+
+    def _give_back(self, b: _Batch, seqs: list[int]) -> None:
+        """Samples a worker will not run go back first in line, except a hanging source's: last."""
+        idxs = [b.seq_idx[seq] for seq in seqs]
+        b.pending.extendleft(reversed([i for i in idxs if b.sources[i] not in b.hanging]))
+        b.pending.extend(i for i in idxs if b.sources[i] in b.hanging)
+
+    def _skip_hung(self, b: _Batch, now: float) -> None:
+        """Every worker is stuck: skip the waiting samples of each hanging source that finished no
+        sample for its whole time limit. They count as timeouts (their reason starts with "timed
+        out", which the reward metrics count too); other sources' samples keep waiting for a worker."""
+        hung = {s for s in b.hanging if now - b.progress[s] >= b.limit[s]}
+        if not hung:
+            return
+        keep = deque()
+        for idx in b.pending:
+            source = b.sources[idx]
+            if b.results[idx] is not None:
+                continue
+            if source not in hung:
+                keep.append(idx)
+                continue
+            self._counts["deadline_skips"] += 1
+            self._counts["timeouts"] += 1
+            self._sources[source]["timeouts"] += 1
+            self._resolve(b, idx, None, f"timed out (skipped: no sample of {source!r} finished for "
+                                        f"{b.limit[source]:g}s while every worker was stuck on its "
+                                        f"samples)", now, progress=False)
+        b.pending = keep
 
     def _rebalance(self, b: _Batch, now: float) -> None:
         """Take queued samples back from stuck workers; replace stuck workers that sleep (or spin
@@ -591,10 +627,10 @@ class RewardPool:
             stuck += 1
             if not w.queue:
                 continue  # busy with a sample taken back from it; it times out above
+            self._hangs(b, b.sources[b.seq_idx[w.queue[0]]])
             if len(w.queue) > 1:
                 rest = list(w.queue)[1:]
-                for seq in reversed(rest):
-                    b.pending.appendleft(b.seq_idx[seq])
+                self._give_back(b, rest)
                 w.queue = deque([w.queue[0]])
                 w.unsynced = max([b.limits[b.seq_idx[seq]] for seq in rest] + [w.unsynced or 0.0])
                 self._send(w, encode_frame(("drop", w.queue[0])))
@@ -604,7 +640,7 @@ class RewardPool:
                 typical = self._ema.get(b.sources[b.seq_idx[w.queue[0]]])
                 if typical is None or running < 4 * typical:
                     active += 1
-        if b.pending and now - b.last_progress < b.stall:  # past that, the stuck ones time out
+        if b.pending:  # the samples of a source past its deadline have been skipped above
             # As many workers moving as are stuck (at least `workers`): when every sample hangs,
             # the pool doubles each STUCK_S and reaches max_workers in a few rounds.
             want = max(self.workers, stuck) - active
@@ -678,8 +714,9 @@ class RewardPool:
                 else:
                     stuck = True
         if b.pending:
-            if b.last_progress + b.stall > now:  # later, _all_stuck decides, at STUCK_S wake-ups
-                wake = min(wake, b.last_progress + b.stall)
+            for source in b.hanging:  # past it, _all_stuck decides, at STUCK_S wake-ups
+                if b.progress[source] + b.limit[source] > now:
+                    wake = min(wake, b.progress[source] + b.limit[source])
             if stuck:
                 wake = min(wake, now + STUCK_S)  # re-check: a stuck worker may need a stand-in
         for _, give_up in self._dying.values():
