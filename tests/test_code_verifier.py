@@ -123,7 +123,7 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
         ("sleep", "import time\ntime.sleep(60)\n", None, ("timed out after 1s",)),
         ("fork bomb", "import os\nwhile True:\n    os.fork()\n", None, ("PermissionError in the code",)),
         ("memory bomb", "blocks = []\nwhile True:\n    blocks.append(bytearray(2**25))\n", None,
-         ("memory limit (256 MB) exceeded", "timed out")),  # timed out: page zeroing on a busy machine
+         ("memory limit (256 MB) exceeded",)),
         ("memory bomb at once", "x = bytearray(10**11)\n", None, ("memory limit",)),
         ("huge output", "import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)\n", None,
          ("bytes of output",)),
