@@ -26,6 +26,17 @@ from orchestrator.held_state import DELTA_KEY
 NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "response"}
 
 
+def _allow_env(specs) -> dict[str, str]:
+    """code_tests' `allow_missing_layers` args, for the pool's start-up check (docs/security.md)."""
+    from actors.rewards.code_child import ALLOW_ENV, allowed_missing
+
+    allowed = set()
+    for r in specs:
+        if (r.fn or r.name) == "code_tests" and r.args.get("allow_missing_layers"):
+            allowed |= allowed_missing(r.args["allow_missing_layers"])
+    return {ALLOW_ENV: ",".join(sorted(allowed))} if allowed else {}
+
+
 class Verifier:
     def __init__(self, config, role: dict | None = None):
         from actors.rewards.sandbox import RewardPool
@@ -37,7 +48,8 @@ class Verifier:
         self.accuracy_source = config.accuracy_source()
         v = config.verifier
         self.sandbox = RewardPool({r.name: r.fn or r.name for r in self.specs}, workers=v.workers,
-                                  max_workers=v.max_workers, memory_mb=v.memory_mb, cpu_time_s=v.cpu_time_s)
+                                  max_workers=v.max_workers, memory_mb=v.memory_mb, cpu_time_s=v.cpu_time_s,
+                                  env=_allow_env(self.specs))
         self.timeouts = {r.name: r.timeout_s for r in self.specs}
         self.state: dict = {}  # stateful verifiers (e.g. VeRPO's test weights) keep theirs here
 
@@ -125,6 +137,9 @@ class Verifier:
             info[f"errors/{spec.name}"] = sum(e is not None for e in errors[spec.name])
             spent = after.get(spec.name, {}).get("seconds", 0.0) - before.get(spec.name, {}).get("seconds", 0.0)
             info[f"seconds/{spec.name}"] = spent  # time the source's function ran, summed over items
+            missing = self.sandbox.stats()["isolation"].get("checks", {}).get(spec.name, {}).get("missing")
+            if missing:  # an opted-in weaker sandbox shows in every step's metrics
+                info[f"missing_layers/{spec.name}"] = len(missing)
         for spec in self.specs:  # for the run's check on failing sources (orchestrator.reward_health)
             info[f"scored/{spec.name}"] = int(labelled.sum())
             info[f"first_error/{spec.name}"] = next((e for e in errors[spec.name] if e is not None), None)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from actors import batch as B
-from actors.rewards import code as C
+from actors.rewards import code_child
 from actors.rewards.code import code_tests, extract_code, verpo_reward, verpo_rewards, verpo_weights
 from actors.rewards.sandbox import RewardPool, Scored
 from actors.verifier import Verifier
@@ -69,8 +69,8 @@ def test_modes_on_correct_partial_and_wrong_solutions(pool):
     assert out[0][0].reason is None and out[0][0].details == {"passed": [1, 1, 1]}
     partial = out[1][0]
     assert partial.details == {"passed": [1, 1, 0]}
-    assert partial.reason == "2/3 tests passed; test 3: AssertionError: 2 != -2"
-    assert out[2][0].reason.startswith("0/3 tests passed; test 1: AssertionError: -2 != 3")
+    assert partial.reason == "2/3 tests passed; test 3: AssertionError at line 1"
+    assert out[2][0].reason.startswith("0/3 tests passed; test 1: AssertionError at line 1")
 
 
 def test_extraction_modes():
@@ -121,7 +121,7 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
         ("busy loop in the function", "def add(a, b):\n    while True:\n        pass\n", None,
          ("CPU time limit", "timed out", "not run")),
         ("sleep", "import time\ntime.sleep(60)\n", None, ("timed out after 1s",)),
-        ("fork bomb", "import os\nwhile True:\n    os.fork()\n", None, ("os.fork is not allowed",)),
+        ("fork bomb", "import os\nwhile True:\n    os.fork()\n", None, ("PermissionError in the code",)),
         ("memory bomb", "blocks = []\nwhile True:\n    blocks.append(bytearray(2**25))\n", None,
          ("memory limit (256 MB) exceeded",)),
         ("memory bomb at once", "x = bytearray(10**11)\n", None, ("memory limit",)),
@@ -139,24 +139,24 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
          ("not allowed", "Permission")),
         ("kill its parent", add_ok("import os\nos.kill(os.getppid(), 9)"), None,
          ("not allowed", "Permission")),
-        ("sys.exit(0) first", "import sys\nsys.exit(0)\n", None, ("called sys.exit(0)",)),
+        ("sys.exit(0) first", "import sys\nsys.exit(0)\n", None, ("called sys.exit()",)),
         ("os._exit(0) first", "import os\nos._exit(0)\n", None, ("exited with status 0",)),
         ("sys.exit in the function", "import sys\ndef add(a, b):\n    sys.exit(0)\n", None,
-         ("called sys.exit(0)",)),
+         ("called sys.exit()",)),
         ("override AssertionError", textwrap.dedent("""
             import builtins
             builtins.AssertionError = type("Fine", (BaseException,), {})
             AssertionError = None
             def add(a, b):
                 return 99
-            """), None, ("AssertionError: 99 != 3",)),
+            """), None, ("test 1: AssertionError at line 1",)),
         ("override builtins the test uses", textwrap.dedent("""
             import builtins
             builtins.len = lambda x: 3
             len = lambda x: 3
             def add(a, b):
                 return []
-            """), ["assert len(add(1, 2)) == 3"], ("AssertionError: 0 != 3",)),
+            """), ["assert len(add(1, 2)) == 3"], ("test 1: AssertionError at line 1",)),
         ("always-equal object", textwrap.dedent("""
             class E:
                 def __eq__(self, other): return True
@@ -164,16 +164,16 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
                 def __bool__(self): return True
             def add(a, b):
                 return E()
-            """), None, ("AssertionError: a E object != 3",)),
+            """), None, ("test 1: a value is not a plain value at line 1",)),
         ("int subclass", "class I(int):\n    def __eq__(self, o): return True\n"
-                         "def add(a, b):\n    return I(0)\n", None, ("a I object != 3",)),
-        ("steal the token (frames)", textwrap.dedent("""
+                         "def add(a, b):\n    return I(0)\n", None, ("a value is not a plain value",)),
+        ("frame introspection", textwrap.dedent("""
             import os, sys
             f = sys._getframe(1)
             os.write(f.f_locals["rfd"], b"T" + f.f_locals["token"])
             os._exit(0)
-            """), None, ("frame introspection is not allowed",)),
-        ("steal the token (traceback)", textwrap.dedent("""
+            """), None, ("ValueError in the code",)),
+        ("frames through a traceback", textwrap.dedent("""
             import os
             try:
                 raise ValueError
@@ -181,9 +181,9 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
                 f = e.__traceback__.tb_frame.f_back
             os.write(f.f_locals["rfd"], b"T" + f.f_locals["token"])
             os._exit(0)
-            """), None, ("tb_frame is not available",)),
-        ("steal the token (gc)", "import gc, os\nobjs = gc.get_objects()\nos._exit(0)\n", None,
-         ("gc.get_objects is not allowed",)),
+            """), None, ("AttributeError in the code",)),
+        ("garbage-collector introspection", "import gc, os\nobjs = gc.get_objects()\nos._exit(0)\n", None,
+         ("PermissionError in the code",)),
         ("forge results on every fd", textwrap.dedent("""
             import os
             for fd in range(3, 64):
@@ -201,14 +201,15 @@ def hostile_corpus(port: int, outside: str) -> list[tuple[str, str, list[str] | 
             builtins.eval = lambda *a, **k: 3
             def add(a, b):
                 return 99
-            """), None, ("AssertionError: 99 != 3",)),
+            """), None, ("AssertionError at line 1", "exited with status")),
         ("rewrite the harness", textwrap.dedent("""
             import sys
             sys.modules["__main__"]._harness = lambda: None
             with open("/proc/self/mem", "wb") as f:
                 f.write(b"x")
-            """), None, ("not allowed",)),
-        ("read the dataset", add_ok(f"open({os.path.abspath(__file__)!r}).read()"), None, ("not allowed",)),
+            """), None, ("PermissionError in the code",)),
+        ("read the dataset", add_ok(f"open({os.path.abspath(__file__)!r}).read()"), None,
+         ("PermissionError in the code",)),
     ]
 
 
@@ -258,10 +259,10 @@ def test_kernel_layers_hold_without_the_audit_hook(tmp_path):
                 cases.append(("import os\nos.kill(os.getppid(), 9)", "PermissionError"))
             if nproc:  # bounded, should the limit not hold: 2**6 processes, all in its group
                 cases.append(("import os\nfor _ in range(6):\n    os.fork()", "BlockingIOError"))
-            if "tcp" in landlock or C._seccomp_program():
+            if "tcp" in landlock or code_child.seccomp_program():
                 cases.append((f"import socket\nsocket.create_connection(('127.0.0.1', {port}))",
                               "PermissionError"))
-            if C._seccomp_program():
+            if code_child.seccomp_program():
                 cases.append(("import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
                               f"s.sendto(b'x', ('127.0.0.1', {port}))", "PermissionError"))
             if landlock:

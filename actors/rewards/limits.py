@@ -10,18 +10,19 @@ Everything here runs in a freshly forked worker (actors.rewards.worker) before a
   for a non-root uid, so only set after a uid drop). RLIMIT_CPU is set per sample by the worker.
 - `no_new_privs`: setuid binaries cannot give the worker back privileges; Landlock requires it.
 - `drop_to` (when the pool runs as root): uid/gid `nobody`, no supplementary groups, no
-  capabilities. The worker can no longer signal or ptrace root processes (the verifier actor, the
-  zygote, Ray), write files it does not own, or fork past RLIMIT_NPROC (root is exempt from it).
-  Where `nobody` cannot read sys.path (Python installed under /root), it keeps one capability,
-  CAP_DAC_READ_SEARCH, also across exec: it reads what root reads, and nothing more.
+  capabilities (bounding and ambient sets empty too). The worker can no longer signal or ptrace
+  root processes (the verifier actor, the zygote, Ray), write files it does not own, or fork past
+  RLIMIT_NPROC (root is exempt from it). Where `nobody` cannot reach the interpreter or sys.path
+  (Python under /root), the zygote shows it those paths first (actors.rewards.mountns).
 - `drop_capabilities` (root that cannot become `nobody` at all): stays uid 0 with no capabilities
   for good: it cannot reboot, load modules, mount, change the clock or signal other users'
   processes; root's own processes (the pool) are then protected only by Landlock's scoping.
 - `landlock_confine` (kernel >= 5.13 with Landlock enabled): writes only beneath the worker's
   directory (and /dev/null), whatever the uid; ABI >= 4: no TCP bind/connect (e.g. to Ray's GCS);
-  ABI >= 6: no signals to, and no abstract unix sockets of, processes outside the worker.
+  ABI >= 6: no signals to, and no abstract unix sockets of, processes outside the worker. With
+  `readable`, reads, listings and exec are confined too (code_tests' test processes).
 
-Layers that are unavailable are skipped; the pool reports which ones are on (RewardPool.isolation).
+The pool reports which layers are on (RewardPool.isolation).
 """
 
 from __future__ import annotations
@@ -39,19 +40,24 @@ ENV_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_TH
                 "TOKENIZERS_PARALLELISM": "false", "PYTHONDONTWRITEBYTECODE": "1"}
 
 PR_SET_PDEATHSIG = 1
-PR_SET_KEEPCAPS = 8
-PR_CAPBSET_DROP = 24
+PR_CAPBSET_READ, PR_CAPBSET_DROP = 23, 24
+PR_SET_SECUREBITS = 28
+# SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock: uid 0
+# gains no capabilities on exec, and nothing can undo that.
+SECURE_NO_CAPS = sum(1 << b for b in (0, 1, 2, 3, 5, 6, 7))
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
-PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, PR_CAP_AMBIENT_CLEAR_ALL = 47, 2, 4
-CAP_DAC_READ_SEARCH = 2
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
 
 # Landlock (include/uapi/linux/landlock.h); syscall numbers are the same on every arch but alpha.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
-_FS_WRITE_FILE = 1 << 1
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_READ = _FS_READ_FILE | _FS_READ_DIR
+FS_READ_EXEC = _FS_READ_FILE | _FS_EXECUTE
+FS_READ_FILE_ONLY, FS_READ_DIR = _FS_READ_FILE, _FS_READ_DIR
 _FS_WRITE_ABI1 = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, remove, make_*
 _FS_REFER = 1 << 13  # ABI 2: renames/links across directories
 _FS_TRUNCATE = 1 << 14  # ABI 3
@@ -130,21 +136,16 @@ def nobody() -> tuple[int, int]:
         return 65534, 65534
 
 
-def drop_to(uid: int, gid: int, read_all: bool = False) -> None:
-    """Become uid/gid; with `read_all`, keep CAP_DAC_READ_SEARCH only (bounding, permitted,
-    effective, inheritable and ambient), so exec'd programs keep it too."""
-    if read_all:
-        _drop_bounding(keep={CAP_DAC_READ_SEARCH})
-        prctl(PR_SET_KEEPCAPS, 1)
+def drop_to(uid: int, gid: int) -> None:
+    """Become uid/gid with no supplementary groups and no capabilities at all (bounding and
+    ambient sets emptied first, while root may still do so)."""
     os.setgroups([])
+    bounding = [c for c in range(_last_cap() + 1) if _lib().prctl(PR_CAPBSET_READ, ctypes.c_ulong(c), 0, 0, 0) == 1]
+    for cap in bounding:
+        prctl(PR_CAPBSET_DROP, cap)  # needs CAP_SETPCAP: before the uid change
+    _check(_lib().prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0), "ambient caps")
     os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if read_all:
-        bit = 1 << CAP_DAC_READ_SEARCH
-        _capset(bit, bit, bit)
-        prctl(PR_SET_KEEPCAPS, 0)
-        _check(_lib().prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_RAISE),
-                            ctypes.c_ulong(CAP_DAC_READ_SEARCH), 0, 0), "ambient caps")
+    os.setresuid(uid, uid, uid)  # clears permitted/effective (no PR_SET_KEEPCAPS)
 
 
 class _CapHeader(ctypes.Structure):
@@ -156,15 +157,12 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def _drop_bounding(keep: set[int]) -> None:
+def _last_cap() -> int:
     try:
         with open("/proc/sys/kernel/cap_last_cap") as f:
-            last = int(f.read())
+            return int(f.read())
     except OSError:
-        last = 40
-    for cap in range(last + 1):
-        if cap not in keep:
-            prctl(PR_CAPBSET_DROP, cap)  # needs CAP_SETPCAP: before the capset below
+        return 63
 
 
 def _capset(effective: int, permitted: int, inheritable: int) -> None:
@@ -176,8 +174,22 @@ def _capset(effective: int, permitted: int, inheritable: int) -> None:
 
 
 def drop_capabilities() -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets of this process."""
-    _drop_bounding(keep=set())
+    """Empty the bounding, ambient, effective, permitted and inheritable sets of this process for
+    good: with a non-empty bounding set (needs CAP_SETPCAP), lock securebits first, so that uid 0
+    gains nothing on exec either. A non-root uid without CAP_SETPCAP keeps its bounding set (it
+    cannot change it; under no_new_privs it cannot use it either)."""
+    bounding = [c for c in range(_last_cap() + 1) if _lib().prctl(PR_CAPBSET_READ, ctypes.c_ulong(c), 0, 0, 0) == 1]
+    if bounding:
+        try:
+            prctl(PR_SET_SECUREBITS, SECURE_NO_CAPS)
+        except PermissionError:
+            # Without CAP_SETPCAP: harmless for a non-root uid under no_new_privs, which gains no
+            # capability on exec whatever its bounding set; never acceptable for uid 0.
+            if os.geteuid() == 0:
+                raise
+            bounding = []
+        for cap in bounding:
+            prctl(PR_CAPBSET_DROP, cap)
     _check(_lib().prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0), "ambient caps")
     _capset(0, 0, 0)
 
@@ -202,19 +214,30 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def landlock_confine(abi: int, writable_dirs: list[str], writable_files: list[str]) -> list[str]:
+def landlock_confine(abi: int, writable_dirs: list[str], writable_files: list[str],
+                     readable: list[tuple[str, int]] | None = None) -> list[str]:
     """Restrict this process (and its future children) for good; returns what is restricted.
-    Needs no_new_privs() first. Reads and execution stay allowed everywhere (Python must import)."""
+    Needs no_new_privs() first. Without `readable`, reads and execution stay allowed everywhere;
+    with it ((path, FS_READ or FS_READ_EXEC or _FS_READ_FILE) pairs; missing paths are skipped),
+    only those paths and the writable ones can be read, listed or executed."""
     fs = _FS_WRITE_ABI1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    if readable is not None:
+        fs |= _FS_EXECUTE | FS_READ
     attr = _RulesetAttr(fs, _NET_ALL if abi >= 4 else 0, _SCOPE_ALL if abi >= 6 else 0)
     size = 8 if abi < 4 else 16 if abi < 6 else 24  # older kernels reject fields they lack
     lib = _lib()
     ruleset = _check(lib.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
                                  ctypes.c_uint32(0)), "landlock_create_ruleset")
     try:
-        file_rights = fs & (_FS_WRITE_FILE | _FS_TRUNCATE)
-        for path, rights in [*((d, fs) for d in writable_dirs), *((f, file_rights) for f in writable_files)]:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        file_rights = fs & (_FS_WRITE_FILE | _FS_TRUNCATE | _FS_READ_FILE)
+        rules = [*((d, fs & ~_FS_EXECUTE) for d in writable_dirs), *((f, file_rights) for f in writable_files)]
+        for path, rights in [*rules, *(readable or ())]:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if readable is None:
+                    raise
+                continue
             try:
                 rule = _PathBeneath(rights, fd)
                 _check(lib.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule),

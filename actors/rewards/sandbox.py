@@ -149,8 +149,9 @@ class RewardPool:
         samples. memory_mb: address space a worker may add to what it inherits from the zygote.
         cpu_time_s: CPU seconds per sample (RLIMIT_CPU). file_mb, max_files: RLIMIT_FSIZE and
         RLIMIT_NOFILE. max_processes: RLIMIT_NPROC, applied with the uid drop (shared by all
-        workers of that uid). drop_privileges: run workers as `nobody` (None: when root and
-        sys.path is readable by nobody). landlock: confine writes, TCP and signals when the
+        workers of that uid). drop_privileges: run workers as `nobody`, with no capabilities (None:
+        when root and nobody can reach sys.path, if need be through a private mount namespace:
+        actors.rewards.mountns; else they stay uid 0 without capabilities). landlock: confine writes, TCP and signals when the
         kernel allows. env: extra environment variables for reward functions (nothing else is
         inherited but PATH, LANG and the like). preload: modules the zygote imports up front, so
         workers do not each import them on first use (a function may also list them in its
@@ -293,6 +294,7 @@ class RewardPool:
             "memory_mb": self._settings["memory_mb"], "cpu_time_s": self._settings["cpu_time_s"],
             "max_processes": self._settings["max_processes"] if iso.get("uid") is not None else None,
             "notes": [str(n) for n in iso.get("notes", [])][:5], "zygote_threads": reply.get("threads"),
+            "checks": reply.get("checks") if isinstance(reply.get("checks"), dict) else {},
         }
         ours.setblocking(False)
         self._proc, self._ctl = proc, ours

@@ -333,14 +333,14 @@ def _worker_main(task_fd, result_fd, fns, scopes, st, iso, zygote) -> None:
 # ---- zygote ----------------------------------------------------------------------------------------
 def _apply_identity(iso: dict) -> None:
     mode = iso.get("mode")
-    if mode in ("nobody", "nobody+read"):
-        limits.drop_to(iso["uid"], iso["gid"], read_all=mode == "nobody+read")
+    if mode == "nobody":
+        limits.drop_to(iso["uid"], iso["gid"])
     elif mode == "no_caps":
         limits.drop_capabilities()
 
 
 def _readable(path: str, search_only: bool = False) -> bool:
-    """Really try (os.access ignores capabilities such as CAP_DAC_READ_SEARCH)."""
+    """Really try (os.access ignores capabilities)."""
     try:
         if os.path.isdir(path):
             os.stat(os.path.join(path, "."))
@@ -379,13 +379,18 @@ def _probe(iso: dict, base_dir: str) -> list[str]:
                 problems.append(f"landlock:{type(e).__name__}: {e}")
         os.write(w, json.dumps(problems).encode()[:60000])
         os._exit(0)
+    return json.loads(_collect(pid, r, w) or b'["uid:probe died"]')
+
+
+def _collect(pid: int, r: int, w: int) -> bytes:
+    """What a throwaway child wrote to its pipe, once it exited."""
     os.close(w)
     data = b""
     while chunk := os.read(r, 65536):
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
-    return json.loads(data or b'["uid:probe died"]')
+    return data
 
 
 def _probe_isolation(st: dict) -> dict:
@@ -395,9 +400,19 @@ def _probe_isolation(st: dict) -> dict:
     uid, gid = limits.nobody()
     root = os.geteuid() == 0
     abi = limits.landlock_abi() if st["landlock"] else 0
-    modes = ["nobody", "nobody+read"] if root and st["drop_privileges"] is not False else []
+    modes = ["nobody"] if root and st["drop_privileges"] is not False else []
     modes += ["no_caps"] if root else [None]
     notes = []
+    if modes[0] == "nobody":  # a Python under /root: show nobody the paths it needs, nothing more
+        from actors.rewards import mountns
+
+        needed = [sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+        try:
+            exposed = mountns.expose([p for p in needed if p != st["base_dir"]], uid, gid, st["base_dir"])
+            if exposed:
+                notes.append("exposed to nobody in a mount namespace: " + ", ".join(exposed[:4]))
+        except OSError as e:
+            notes.append(f"no mount namespace ({e}): nobody may not reach the interpreter")
     for mode in modes:
         iso = {"mode": mode, "uid": uid if mode and mode != "no_caps" else None,
                "gid": gid if mode and mode != "no_caps" else None, "landlock_abi": abi}
@@ -415,6 +430,32 @@ def _probe_isolation(st: dict) -> dict:
         raise RuntimeError("cannot run reward workers as uid nobody: " + " | ".join(notes))
     iso["notes"] = notes
     return iso
+
+
+def _check(hook, iso: dict, base_dir: str) -> dict:
+    """A reward function's start-up check (`fn.reward_check(iso)`, e.g. code_tests' kernel
+    layers), run in a throwaway child with the workers' identity, then handed back to the hook in
+    the zygote (`fn.reward_check(iso, seen)`), which may refuse to start (raises) or keep it for
+    the workers it forks."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.chdir(base_dir)
+            _apply_identity(iso)
+            limits.no_new_privs()
+            out = {"ok": hook(iso)}
+        except BaseException as e:
+            out = {"error": f"{type(e).__name__}: {e}"}
+        try:
+            _write_all(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    out = json.loads(_collect(pid, r, w) or b'{"error": "the check died"}')
+    if "error" in out:
+        raise RuntimeError(f"start-up check failed: {out['error']}")
+    return hook(iso, out["ok"])
 
 
 def _send(ctl: socket.socket, obj) -> None:
@@ -440,6 +481,8 @@ def zygote_main(ctl_fd: int) -> None:
         if bad:
             raise ValueError(f"reward_scope must be 'sample', 'group' or 'process', got {bad}")
         iso = _probe_isolation(st)
+        checks = {source: _check(fn.reward_check, iso, st["base_dir"])
+                  for source, fn in fns.items() if callable(getattr(fn, "reward_check", None))}
     except BaseException:
         traceback.print_exc()
         _send(ctl, {"error": traceback.format_exc(limit=-3)[-MAX_ERROR:]})
@@ -452,7 +495,7 @@ def zygote_main(ctl_fd: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so SIGCHLD writes to wake_w
     gc.collect()
     gc.freeze()  # keep the collector from touching (and so copying) inherited pages
-    _send(ctl, {"ready": 1, "scopes": scopes, "isolation": iso,
+    _send(ctl, {"ready": 1, "scopes": scopes, "isolation": iso, "checks": checks,
                 "threads": len(os.listdir("/proc/self/task"))})
 
     workers: dict[int, str] = {}  # pid -> working directory
