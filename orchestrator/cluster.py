@@ -28,6 +28,9 @@ def connect(ray_cfg) -> tuple[str, bool]:
 
     os.environ.setdefault(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0")
     ray_constants.ENABLE_RAY_CLUSTER = os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR].lower() in ("1", "true")
+    # Ray 2.60 turns token auth on for a new local cluster and warns so at every start unless the
+    # mode is set explicitly: set it to the same mode, so the job log keeps to coevo's own lines.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
