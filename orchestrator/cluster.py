@@ -28,9 +28,7 @@ def connect(ray_cfg) -> tuple[str, bool]:
 
     os.environ.setdefault(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0")
     ray_constants.ENABLE_RAY_CLUSTER = os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR].lower() in ("1", "true")
-    # Ray 2.60 turns token auth on for a new local cluster and warns so at every start unless the
-    # mode is set explicitly: set it to the same mode, so the job log keeps to coevo's own lines.
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    _token_auth_quietly()
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
@@ -43,6 +41,20 @@ def connect(ray_cfg) -> tuple[str, bool]:
             os.environ["PYTHONPATH"] = before
     where = ray.get_runtime_context().gcs_address
     return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
+
+
+def _token_auth_quietly() -> None:
+    """Ray (2.52+) turns token auth on for a new local cluster and logs a warning at every start
+    unless RAY_AUTH_MODE is set. Do what it does by default (token mode for this process and its
+    children; ray.init then makes a token if none exists), minus the warning, so job logs keep to
+    coevo's lines. An explicit RAY_AUTH_MODE is left alone."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray without token auth
+        return
+    _enable_token_auth()
 
 
 def check_resources(config, roles: dict, local: bool) -> None:
