@@ -66,12 +66,14 @@ def check_resources(config, roles: dict, local: bool) -> None:
         spec = resolve(spec, config.roles.get(name))
         want["CPU"] += spec.replicas * spec.num_cpus
         want["GPU"] += spec.replicas * spec.num_gpus
+        for key, amount in spec.resources.items():
+            want[key] = want.get(key, 0.0) + spec.replicas * amount
     have = ray.cluster_resources()
     short = {k: (n, have.get(k, 0)) for k, n in want.items() if n > have.get(k, 0)}
     if not short:
         return
     text = ", ".join(f"{n:g} {k} (the cluster has {h:g})" for k, (n, h) in short.items())
-    msg = (f"the roles ask for {text}: see roles.<name>.replicas / num_cpus / num_gpus "
+    msg = (f"the roles ask for {text}: see roles.<name>.replicas / num_cpus / num_gpus / resources "
            f"for roles {sorted(roles)}")
     if local:
         from orchestrator.config import ConfigError

@@ -176,6 +176,9 @@ class ReplicaRole(Section):
     num_gpus: float = Field(0, ge=0)
     threads: int = Field(0, ge=0)  # torch threads per replica; 0: train.threads
     max_restarts: int = Field(10, ge=-1)  # Ray restarts a dead replica this often (-1: always)
+    # Ray custom resources per replica, e.g. {cpu_worker: 1}: places the role on the node types
+    # that declare them (cluster.yaml), which the autoscaler then starts for it.
+    resources: dict[str, float] = {}
 
 
 class AlgorithmConfig(Section):
