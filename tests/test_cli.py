@@ -222,3 +222,13 @@ def test_progress_line_shows_the_last_accuracy_between_evaluations() -> None:
     assert "acc 0.825 (step 40)" in step_info({"reward/mean": 0.5}, (0.825, 40))
     line = step_info({"reward/mean": 0.5, "eval/accuracy": 0.85}, (0.85, 50))
     assert "acc 0.850" in line and "(step" not in line
+
+
+def test_subtraction_jsonl_recipe_finds_its_reward_module(guard_dir) -> None:
+    """`coevo run subtraction_jsonl` from the repository root, as the recipe table says, with no
+    PYTHONPATH: every plug-in imports, so it gets as far as starting Ray (the guard's exit 99)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PYTHONPATH=str(guard_dir), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([*_coevo(), "run", "subtraction_jsonl", "--output-dir", str(guard_dir / "sub")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 99 and "TEST GUARD" in proc.stderr, proc.stderr
