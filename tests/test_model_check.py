@@ -16,7 +16,8 @@ from orchestrator.model_check import check_model_dir
 def model_dir(tmp_path):
     tok = char_tokenizer()
     path = tmp_path / "model"
-    tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32).save_pretrained(path)
+    model = tiny_model(tok, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32)
+    model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
