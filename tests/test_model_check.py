@@ -64,3 +64,9 @@ def test_missing_tokenizer(model_dir) -> None:
         (model_dir / name).unlink(missing_ok=True)
     with pytest.raises(ConfigError, match="holds no tokenizer"):
         check_model_dir(str(model_dir))
+
+
+def test_a_corrupt_tokenizer_file(model_dir) -> None:
+    (model_dir / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="no usable tokenizer there"):
+        check_model_dir(str(model_dir))
