@@ -4,6 +4,7 @@ character tokenizer, or any HF model + tokenizer from a local directory."""
 from __future__ import annotations
 
 import string
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,12 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerFast,
                           Qwen2Config)
+from transformers.utils import logging as hf_logging
+
+# transformers draws a "Loading weights" progress bar (with terminal escape codes) at every load; in
+# an actor, a Ray job log or CI, stdout is a file, so the bar is only noise there.
+if not sys.stdout.isatty():
+    hf_logging.disable_progress_bar()
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 # Printable ASCII plus newline: enough for arithmetic and simple text tasks.
@@ -76,7 +83,6 @@ def load_reward_model(path: str | Path, seed: int = 0, dtype: torch.dtype = torc
     """A scalar reward model (one logit) + tokenizer from a local directory: a saved reward model,
     or a causal LM whose body is kept and gets a fresh, seeded scalar head (`score`)."""
     from transformers import AutoModelForSequenceClassification
-    from transformers.utils import logging as hf_logging
 
     if path is None:
         raise ValueError("load_reward_model needs a model directory")

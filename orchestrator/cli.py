@@ -7,21 +7,33 @@ import os
 import sys
 from pathlib import Path
 
+from orchestrator import run_dir as run_dirs
 from orchestrator.config import ConfigError, load_config
 
 EXIT_CONFIG = 2
+# Each line is also loaded by a test, so none drifts from what the config accepts.
+EXAMPLES = """examples:
+  coevo run
+  coevo run laser --seed 1
+  coevo run pipelines/grpo_addition.yaml train.max_steps=50
+  coevo run data.path=my.jsonl data.task=null 'rewards=[{name: mine, fn: "my_rewards:score"}]'
+  coevo run --resume --output-dir runs/try1 train.max_steps=300"""
 
 
 def _parser() -> argparse.ArgumentParser:
+    from importlib.metadata import version
+
+    from orchestrator.recipe_list import recipes_help
+
     parser = argparse.ArgumentParser(prog="coevo", description="RL post-training of language models on Ray.")
+    parser.add_argument("--version", action="version", version=f"coevo {version('coevo')}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="train with a recipe or YAML config",
         description="Train. With no arguments: an embedded local Ray cluster, a tiny model, 2-digit "
                     "addition, SFT warm-up then GRPO. CONFIG is a YAML file or a recipe name in pipelines/. "
                     "Overrides are dotted key=value pairs, e.g. algorithm.lr=5e-5 rollout.samples_per_prompt=4.",
-        epilog="examples:\n  coevo run\n  coevo run pipelines/grpo_addition.yaml train.max_steps=50\n"
-               "  coevo run data.path=my.jsonl data.task=null 'verifier.rewards=[{name: mine, fn: my_rewards:score}]'",
+        epilog=recipes_help() + "\n\n" + EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", nargs="?", help="YAML file or recipe name (default: grpo_addition)")
     run.add_argument("overrides", nargs="*", help="key.sub=value overrides")
@@ -52,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.resume and config_arg is None and (Path(args.output_dir) / "config.yaml").is_file():
         config_arg = str(Path(args.output_dir) / "config.yaml")
+    if (not args.resume and args.output_dir is None and run_dirs.is_saved_config(config_arg)
+            and not any(o.startswith("output_dir=") for o in overrides)):
+        # A run directory's saved config names that directory: rerunning it is a new run.
+        overrides.append("output_dir=null")
+        print(f"{config_arg}: an earlier run's config; this run gets a new directory (--output-dir to choose one)")
     for flag, key in ((args.seed, "seed"), (args.output_dir, "output_dir"), (args.address, "ray.address")):
         if flag is not None:
             overrides.append(f"{key}={flag}")
@@ -116,10 +133,8 @@ def _preflight(config) -> None:
         from orchestrator.pair_source import load_pair_splits
         load_pair_splits(config.reward_model, config.seed)
     if config.model.path:
-        path = Path(config.model.path).expanduser()
-        if not path.is_dir():
-            raise ConfigError(f"model.path {config.model.path!r} is not a directory")
-        _check_generation_config(path)
+        from orchestrator.model_check import check_model_dir
+        _check_generation_config(check_model_dir(config.model.path))
 
 
 def _check_generation_config(path: Path) -> None:

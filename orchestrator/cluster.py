@@ -28,6 +28,7 @@ def connect(ray_cfg) -> tuple[str, bool]:
 
     os.environ.setdefault(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR, "0")
     ray_constants.ENABLE_RAY_CLUSTER = os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR].lower() in ("1", "true")
+    _token_auth_quietly()
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
@@ -42,6 +43,20 @@ def connect(ray_cfg) -> tuple[str, bool]:
     return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
 
 
+def _token_auth_quietly() -> None:
+    """Ray (2.52+) turns token auth on for a new local cluster and logs a warning at every start
+    unless RAY_AUTH_MODE is set. Do what it does by default (token mode for this process and its
+    children; ray.init then makes a token if none exists), minus the warning, so job logs keep to
+    coevo's lines. An explicit RAY_AUTH_MODE is left alone."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray without token auth
+        return
+    _enable_token_auth()
+
+
 def check_resources(config, roles: dict, local: bool) -> None:
     """An embedded cluster never grows: asking for more than it has would wait forever."""
     from orchestrator.roles import resolve
@@ -51,12 +66,14 @@ def check_resources(config, roles: dict, local: bool) -> None:
         spec = resolve(spec, config.roles.get(name))
         want["CPU"] += spec.replicas * spec.num_cpus
         want["GPU"] += spec.replicas * spec.num_gpus
+        for key, amount in spec.resources.items():
+            want[key] = want.get(key, 0.0) + spec.replicas * amount
     have = ray.cluster_resources()
     short = {k: (n, have.get(k, 0)) for k, n in want.items() if n > have.get(k, 0)}
     if not short:
         return
     text = ", ".join(f"{n:g} {k} (the cluster has {h:g})" for k, (n, h) in short.items())
-    msg = (f"the roles ask for {text}: see roles.<name>.replicas / num_cpus / num_gpus "
+    msg = (f"the roles ask for {text}: see roles.<name>.replicas / num_cpus / num_gpus / resources "
            f"for roles {sorted(roles)}")
     if local:
         from orchestrator.config import ConfigError

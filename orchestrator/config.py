@@ -181,6 +181,9 @@ class ReplicaRole(Section):
     # a call that takes longer counts as a hung replica: restarted, its work retried once; unset:
     # the role kind's default (orchestrator.roles.DEFAULT_TIMEOUT_S); null or 0: no limit
     timeout_s: Optional[float] = Field(None, ge=0)
+    # Ray custom resources per replica, e.g. {cpu_worker: 1}: places the role on the node types
+    # that declare them (cluster.yaml), which the autoscaler then starts for it.
+    resources: dict[str, float] = {}
 
 
 class AlgorithmConfig(Section):

@@ -116,35 +116,44 @@ def read_pairs(path: str | Path) -> pa.Table:
 
 
 def _read_jsonl(path: Path, required: tuple[str, ...] = REQUIRED, text: tuple[str, ...] = ("prompt",)) -> pa.Table:
-    rows, lineno = [], 0
-    with path.open(encoding="utf-8", errors="strict") as f:
-        try:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise DatasetError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
-                for col in required:
-                    if row.get(col) is None:
-                        raise DatasetError(f"{path}:{lineno}: row has no {col!r} field (keys: {sorted(row)})")
-                for col in text:
-                    if not isinstance(row[col], str):
-                        raise DatasetError(f"{path}:{lineno}: {col!r} must be a string, got {row[col]!r}")
-                if "answer" in required:
-                    if isinstance(row["answer"], (dict, list)):
-                        raise DatasetError(f"{path}:{lineno}: 'answer' must be a string or number, got {row['answer']!r}")
-                    row["answer"] = str(row["answer"])
-                rows.append(row)
-        except UnicodeDecodeError as e:
-            raise DatasetError(f"{path}: not valid UTF-8 after line {lineno - 1} ({e.reason})") from None
+    rows, offset = [], 0
+    # Read bytes and decode line by line, so a decoding error names its line and byte offset.
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DatasetError(f"{path}:{lineno}: not valid UTF-8 at byte {offset + e.start} of the file "
+                                   f"({e.reason}); save the file as UTF-8") from None
+            offset += len(raw)
+            if line.strip():
+                rows.append(_jsonl_row(path, lineno, line, required, text))
     try:
         return pa.Table.from_pylist(rows)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise DatasetError(f"{path}: a column mixes types across rows ({e})") from None
+
+
+def _jsonl_row(path: Path, lineno: int, line: str, required: tuple[str, ...], text: tuple[str, ...]) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise DatasetError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+    for col in required:
+        if col not in row:
+            raise DatasetError(f"{path}:{lineno}: row has no {col!r} field (keys: {sorted(row)})")
+        if row[col] is None:
+            raise DatasetError(f"{path}:{lineno}: {col!r} is null; give it a value or drop the row")
+    for col in text:
+        if not isinstance(row[col], str):
+            raise DatasetError(f"{path}:{lineno}: {col!r} must be a string, got {row[col]!r}")
+    if "answer" in required:
+        if isinstance(row["answer"], (dict, list)):
+            raise DatasetError(f"{path}:{lineno}: 'answer' must be a string or number, got {row['answer']!r}")
+        row["answer"] = str(row["answer"])
+    return row
 
 
 def user_dataset(path: str, eval_path: str | None, eval_size: int, seed: int) -> PromptSet:

@@ -56,10 +56,13 @@ class RunContext:
         return [table.slice(i, size) for i in range(0, table.num_rows, size)]
 
 
-def step_info(row: dict) -> str:
+def step_info(row: dict, last_acc: tuple[float, int] | None = None) -> str:
+    """The progress line; between evaluations it shows the last accuracy and its step."""
     acc = row.get("eval/accuracy")
+    acc_text = (f"acc {acc:.3f}" if acc is not None else f"acc {last_acc[0]:.3f} (step {last_acc[1]})" if last_acc
+                else "acc -")
     parts = [f"reward {row['reward/mean']:.3f}" if "reward/mean" in row else None,
-             f"acc {'-' if acc is None else f'{acc:.3f}'}" if "eval/accuracy" in row or "reward/mean" in row else None,
+             acc_text if "eval/accuracy" in row or "reward/mean" in row else None,
              f"rm pair acc {row['rm/batch_pair_accuracy']:.3f}" if row.get("rm/batch_pair_accuracy") is not None else None,
              f"held-out pair acc {row['eval/pair_accuracy']:.3f}" if "eval/pair_accuracy" in row else None,
              f"{row['throughput/samples_per_s']:.0f} samples/s" if "throughput/samples_per_s" in row else None]
@@ -74,6 +77,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
     rollouts.start()
     ctx.progress.start(recipe.name, total=cfg.train.max_steps, completed=ctx.step)
     row: dict = {}
+    last_acc = None
     busy_before = _busy(ctx)
     health = RewardHealth({r.name: r.fn or r.name for r in cfg.fn_rewards() + cfg.process_rewards()},
                           cfg.verifier.max_failed_steps)
@@ -127,7 +131,9 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 ctx.last_eval = {k: v for k, v in row.items() if k.startswith("eval/")}
                 row["time/eval_s"] = time.perf_counter() - mark
             ctx.metrics.log(row)
-            ctx.progress.update(step, step_info(row), force_line=evaluated)
+            if row.get("eval/accuracy") is not None:
+                last_acc = (row["eval/accuracy"], step)
+            ctx.progress.update(step, step_info(row, last_acc), force_line=evaluated)
             for warning in health.observe(step, step_counts([p.info for p in pieces])):  # raises to stop
                 ctx.progress.print(warning)
             if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:

@@ -55,6 +55,7 @@ class RoleSpec:
     threads: int = 0
     max_restarts: int = 10
     timeout_s: float | None | str = _KIND_DEFAULT  # None or 0: no limit
+    resources: dict = field(default_factory=dict)  # Ray custom resources per replica
     # threads picked for overlapped stages rather than by the user: a phase that runs alone (the
     # SFT warm-up, before generation starts) may use every core
     shared_threads: bool = False
@@ -112,6 +113,7 @@ class Pool:
         cls = import_path(spec.actor, what=f"role {name!r} actor")
         self.class_name = cls.__name__
         remote = ray.remote(cls).options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
+                                         resources=spec.resources or None,
                                          max_restarts=spec.max_restarts, max_task_retries=0)
         self.replicas = [
             Replica(remote.remote(config, *spec.args, role={"name": name, "replica": i, "threads": spec.threads,

@@ -14,6 +14,7 @@ import ray
 
 from orchestrator import checkpoint as ckpt
 from orchestrator import cluster, frozen
+from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
 from orchestrator.data import PromptSampler, load_prompts
 from orchestrator.loop import RunContext, train
@@ -22,8 +23,6 @@ from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
 from orchestrator.roles import RoleError, build_pools
 from orchestrator.warmup import cached, cached_stage, warm_up
-
-RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
 
 
 def in_ray_job() -> bool:
@@ -34,7 +33,7 @@ def in_ray_job() -> bool:
 def resolve_run_dir(config: Config, resume: bool) -> Path:
     """Where the run's outputs go. Inside a Ray job the working directory is Ray's temporary copy,
     deleted with its session, so the default is under the home directory and a relative path is
-    refused. An existing run directory is reused only with --resume."""
+    refused. An existing run directory is continued only with --resume (orchestrator.run_dir)."""
     stamp = f"{config.recipe.replace(':', '_').replace('.', '_')}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     if config.output_dir is None:
         base = Path("~/coevo/runs").expanduser() if in_ray_job() else Path("runs")
@@ -46,12 +45,9 @@ def resolve_run_dir(config: Config, resume: bool) -> Path:
                               "directory is a temporary copy that Ray deletes: give an absolute path, e.g. on "
                               "shared storage (--output-dir /mnt/shared/runs/try1)")
     path = path.resolve()
-    if resume:
-        if ckpt.latest(path) is None:
-            raise FileNotFoundError(f"--resume: no checkpoint under {path}/checkpoints")
-    elif path.exists() and any((path / m).exists() for m in RUN_MARKERS):
-        raise ConfigError(f"{path} already holds a run; continue it with --resume, or choose another "
-                          "--output-dir (coevo never writes over an earlier run)")
+    note = run_dirs.claim(path, config, resume)  # refuses a run to keep; reuses one with no checkpoint
+    if note:
+        print(note, flush=True)
     return path
 
 

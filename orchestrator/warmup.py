@@ -25,7 +25,7 @@ def stop_if_requested(ctx, what: str, step: int) -> None:
     if ctx.stop_requested:
         ctx.progress.stop()
         raise Stopped(ctx.stop_requested, f"stopped by {ctx.stop_requested} during the {what}, at step {step}; "
-                      "nothing was saved (a new run starts it again)")
+                      "nothing was saved; the same command starts it again (reusing an --output-dir)")
 
 
 def cache_key(config, extra: dict | None = None) -> str:

@@ -139,3 +139,96 @@ def test_missing_reward_function_in_cwd_module(coevo, tmp_path) -> None:
 def test_resume_needs_output_dir(coevo) -> None:
     err = _assert_config_error(coevo("run", "--resume"))
     assert "--output-dir" in err
+
+
+def test_version(coevo) -> None:
+    from importlib.metadata import version
+
+    proc = coevo("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"coevo {version('coevo')}"
+
+
+def test_help_lists_every_recipe_with_a_line() -> None:
+    from orchestrator.cli import _parser
+    from orchestrator.config import PIPELINES_DIR
+    from orchestrator.recipe_list import RECIPE_LINES
+
+    assert sorted(RECIPE_LINES) == sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))
+    run_help = _parser()._subparsers._group_actions[0].choices["run"].format_help()
+    for name, line in RECIPE_LINES.items():
+        assert f"{name}  " in run_help and line in run_help
+
+
+def test_help_examples_are_accepted() -> None:
+    """Every example in `coevo run --help` parses and loads (the reward module need not exist)."""
+    import shlex
+
+    from orchestrator.cli import EXAMPLES, _parser
+    from orchestrator.config import load_config
+
+    for line in EXAMPLES.splitlines()[1:]:
+        args, extra = _parser().parse_known_args(shlex.split(line)[1:])
+        config, overrides = args.config, [*args.overrides, *extra]
+        if config and "=" in config:
+            config, overrides = None, [config, *overrides]
+        load_config(config, overrides)
+
+
+def _finished_run(run_dir: Path) -> str:
+    (run_dir / "checkpoints" / "final").mkdir(parents=True)
+    (run_dir / "checkpoints" / "final" / "loop_state.json").write_text('{"step": 6}')
+    (run_dir / "config.yaml").write_text(f"recipe: grpo\noutput_dir: {run_dir}\ntrain: {{max_steps: 6}}\n")
+    summary = '{"steps": 6, "eval/accuracy": 0.895, "stopped_by": null}'
+    (run_dir / "summary.json").write_text(summary)
+    return summary
+
+
+def test_resume_of_a_finished_run_starts_nothing(coevo, tmp_path) -> None:
+    run_dir = tmp_path / "done"
+    summary = _finished_run(run_dir)
+    err = _assert_config_error(coevo("run", "--resume", "--output-dir", str(run_dir)))
+    assert "finished run" in err and "train.max_steps=N (N > 6)" in err
+    assert (run_dir / "summary.json").read_text() == summary
+    assert (run_dir / "config.yaml").read_text().endswith("train: {max_steps: 6}\n")  # not rewritten
+
+
+def test_rerunning_a_saved_config_starts_a_new_run(coevo, tmp_path) -> None:
+    """The README's "rerun with: coevo run runs/.../config.yaml" for a run started with --output-dir:
+    it gets past the run-directory check (to the guarded ray.init) and into a new directory."""
+    run_dir = tmp_path / "done"
+    _finished_run(run_dir)
+    proc = coevo("run", str(run_dir / "config.yaml"))
+    assert proc.returncode == 99 and "TEST GUARD" in proc.stderr, proc.stderr
+    assert "already holds a run" not in proc.stderr and "new directory" in proc.stdout
+    assert [p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()] == ["grpo"]
+
+
+def test_hub_id_model_path_stops_before_ray(coevo) -> None:
+    err = _assert_config_error(coevo("run", "model.path=Qwen/Qwen2.5-0.5B"))
+    assert "does not fetch" in err and "download the model to a directory first" in err
+
+
+def test_a_directory_that_is_not_a_model_stops_before_ray(coevo, tmp_path) -> None:
+    (tmp_path / "notamodel").mkdir()
+    (tmp_path / "notamodel" / "config.json").write_text('{"model_type": "qwen2"}')
+    err = _assert_config_error(coevo("run", f"model.path={tmp_path / 'notamodel'}"))
+    assert "notamodel" in err and "holds no model weights" in err
+
+
+def test_progress_line_shows_the_last_accuracy_between_evaluations() -> None:
+    from orchestrator.loop import step_info
+
+    assert "acc -" in step_info({"reward/mean": 0.5})  # no evaluation yet
+    assert "acc 0.825 (step 40)" in step_info({"reward/mean": 0.5}, (0.825, 40))
+    line = step_info({"reward/mean": 0.5, "eval/accuracy": 0.85}, (0.85, 50))
+    assert "acc 0.850" in line and "(step" not in line
+
+
+def test_subtraction_jsonl_recipe_finds_its_reward_module(guard_dir) -> None:
+    """`coevo run subtraction_jsonl` from the repository root, as the recipe table says, with no
+    PYTHONPATH: every plug-in imports, so it gets as far as starting Ray (the guard's exit 99)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PYTHONPATH=str(guard_dir), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([*_coevo(), "run", "subtraction_jsonl", "--output-dir", str(guard_dir / "sub")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 99 and "TEST GUARD" in proc.stderr, proc.stderr

@@ -102,3 +102,65 @@ def test_validation_rejects_broken_config(raw_config: dict, mutate) -> None:
     mutate(broken)
     with pytest.raises(jsonschema.ValidationError):
         _validated(broken)
+
+
+def _node_setup(config: dict, name: str) -> list[str]:
+    node = config["available_node_types"][name]
+    if name == config["head_node_type"]:
+        return config["setup_commands"] + config["head_setup_commands"]
+    return config["setup_commands"] + node.get("worker_setup_commands", config["worker_setup_commands"])
+
+
+def _pins(commands: list[str], package: str) -> set[str]:
+    import re
+
+    return {m for c in commands if "pip install" in c for m in re.findall(rf"\b{package}==([\w.+]+)", c)}
+
+
+def test_every_node_type_pins_the_same_versions(raw_config: dict) -> None:
+    for package in ("torch", "transformers"):
+        pins = {name: _pins(_node_setup(raw_config, name), package) for name in raw_config["available_node_types"]}
+        assert all(len(p) == 1 for p in pins.values()), f"{package} unpinned somewhere: {pins}"
+        assert len(set.union(*pins.values())) == 1, f"{package} pinned differently: {pins}"
+
+
+def test_verifiers_are_placed_on_cpu_workers_by_a_custom_resource(raw_config: dict) -> None:
+    """Placement comes from resource requests: `cpu_worker` is declared only on the CPU worker type,
+    and `roles.verifier.resources={cpu_worker: 1}` is a valid config that asks for it."""
+    from orchestrator.config import load_config
+    from orchestrator.roles import resolve
+    from pipelines.grpo import GRPO
+    from orchestrator.recipes import Sources
+
+    declared = {name for name, nt in raw_config["available_node_types"].items() if nt["resources"].get("cpu_worker")}
+    assert declared == {"worker.cpu"}
+    assert raw_config["available_node_types"]["worker.cpu"]["resources"].get("GPU", 0) == 0
+    assert "'roles.verifier.resources={cpu_worker: 1}'" in CLUSTER_YAML.read_text()
+    config = load_config(None, ["roles.verifier.resources={cpu_worker: 1}"])
+    spec = resolve(GRPO.roles(config, Sources())["verifier"], config.roles.get("verifier"), config)
+    assert spec.resources == {"cpu_worker": 1.0}
+
+
+def test_extras_referenced_in_cluster_yaml_exist() -> None:
+    import re
+    import tomllib
+
+    extras = tomllib.loads((CLUSTER_YAML.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for name in re.findall(r"coevo\[(\w+)\]", CLUSTER_YAML.read_text()):
+        assert name in extras, f"cluster.yaml refers to the [{name}] extra, which pyproject.toml does not define"
+
+
+def test_a_local_cluster_without_the_custom_resource_is_a_config_error(monkeypatch) -> None:
+    """An embedded cluster never grows: a role asking for a resource it lacks is named before any
+    actor waits for it forever (cluster_resources stands in for a started cluster's answer)."""
+    import ray
+
+    from orchestrator.cluster import check_resources
+    from orchestrator.config import ConfigError, load_config
+    from orchestrator.recipes import Sources
+    from pipelines.grpo import GRPO
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0})
+    config = load_config(None, ["roles.verifier.resources={cpu_worker: 1}"])
+    with pytest.raises(ConfigError, match=r"1 cpu_worker \(the cluster has 0\).*/ resources"):
+        check_resources(config, GRPO.roles(config, Sources()), local=True)

@@ -127,6 +127,25 @@ def test_jsonl_null_prompt_and_non_object(tmp_path):
         read_rows(path)
 
 
+def test_jsonl_null_answer_says_null_not_missing(tmp_path):
+    path = write_jsonl(tmp_path / "n.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": None}])
+    with pytest.raises(DatasetError) as e:
+        read_rows(path)
+    msg = str(e.value)
+    assert f"{path}:2: 'answer' is null" in msg and "has no" not in msg
+
+
+def test_jsonl_not_utf8_names_line_and_byte(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    good = b'{"prompt": "a", "answer": "1"}\n'
+    path.write_bytes(good * 2 + '{"prompt": "caf\u00e9", "answer": "2"}\n'.encode("latin-1"))
+    with pytest.raises(DatasetError) as e:
+        read_rows(path)
+    msg = str(e.value)
+    # The bad byte is the 0xe9 of "cafe" on line 3: two good lines plus '{"prompt": "caf' before it.
+    assert f"{path}:3: not valid UTF-8 at byte {2 * len(good) + 15} " in msg and "-1" not in msg
+
+
 def test_parquet_missing_prompt_column(tmp_path):
     path = tmp_path / "d.parquet"
     pq.write_table(pa.table({"question": ["a", "b"], "answer": ["1", "2"]}), path)

@@ -1,4 +1,5 @@
-"""An example of user reward code: coevo imports it by path, `my_rewards:closeness`.
+"""An example of user reward code. Your own module in the working directory is named `my_rewards:closeness`;
+this shipped copy is `pipelines.examples.my_rewards:closeness` (as `coevo run subtraction_jsonl` names it).
 
 A reward function gets the prompt, the response and the dataset row's other columns as keyword
 arguments, and returns a float. If it raises or runs past its time limit, that sample gets a null
