@@ -103,7 +103,11 @@ def test_objective_errors_name_the_objective():
         Learner(config, objectives=["laser_align"])
     with pytest.raises(ValueError, match="clip_eps must be > 0, got 0"):
         Learner(config, objectives=[{"name": "value", "clip_eps": 0}])
+    with pytest.raises(ValueError, match=r"learner objective \{'clip_eps': 0.1\} needs a 'name'"):
+        Learner(config, objectives=[{"clip_eps": 0.1}])
     learner = Learner(config, objectives=["sft"])
+    with pytest.raises(B.BatchError, match=r"sft objective needs batch column\(s\) \['answer'\]"):
+        learner.sft_step(pa.table({"prompt": ["1+1="]}), lr=1e-3)
     with pytest.raises(RuntimeError, match=r"'train_step' needs the 'policy_gradient' objective, but this learner "
                                            r"hosts \['sft'\]"):
         learner.train_step(pa.table({}))
