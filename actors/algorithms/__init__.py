@@ -6,6 +6,8 @@
   clip_eps, clip_eps_high=None, is_cap=2.0) -> (loss [B, T], stats)`: none / tis / decoupled_ppo.
 - KL_ESTIMATORS: `(logp, ref_logp) -> [B, T]`: k1 / k2 / k3.
 - PREFERENCE_LOSSES: pairwise losses with one keyword interface (preference.py).
+
+value.py: the critic's clipped value loss (a plain function; the `value` learner objective calls it).
 """
 
 from actors.registry import Registry

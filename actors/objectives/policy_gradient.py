@@ -1,0 +1,211 @@
+"""RL policy gradient: aggregate the rewards, compute advantages and the policy loss (plus the KL to
+the reference) from the algorithm registries, and take `algorithm.mini_batches` optimizer steps.
+Other hosted objectives ride along the same forward passes (LaSeR's self-reward MSE)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from actors import batch as B
+from actors.objectives import OBJECTIVES, Objective
+from actors.objectives.rl_metrics import rl_metrics
+
+log = logging.getLogger("coevo.learner")
+SUMS = ("loss", "pg_loss", "kl", "clip_frac", "is_weight")
+
+
+@OBJECTIVES.register("policy_gradient")
+class PolicyGradient(Objective):
+    """One row per sampled response; the learner's `algorithm` section picks the estimator and loss."""
+
+    name = "policy_gradient"
+    columns = tuple(B.CORE_FIELDS)  # checked by B.validate
+
+    def __init__(self, learner):
+        from actors.rewards.aggregate import Aggregator
+
+        super().__init__(learner)
+        config = learner.config
+        self.aggregator = Aggregator(config.aggregate_spec(), sources=[r.name for r in config.rewards])
+
+    def state_dict(self) -> dict:
+        return {"aggregator": self.aggregator.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.aggregator.load_state_dict(state.get("aggregator", {}))
+
+    def riders(self) -> list[Objective]:
+        return [o for o in self.learner.objectives.values() if o is not self]
+
+    def train_step(self, *tables: pa.Table, dump_path: str | None = None) -> dict[str, float]:
+        from actors.algorithms import ADVANTAGES
+        from actors.algorithms.advantages import combine_advantages, process_advantages
+
+        lrn, algo = self.learner, self.learner.algo
+        started = time.perf_counter()
+        table = B.concat(list(tables))
+        B.validate(table)
+        distinct = pc.count_distinct(table.column("uid")).as_py()
+        if distinct != table.num_rows:  # exactly-once accounting
+            raise B.BatchError(f"train batch has repeated uids: {table.num_rows} rows, {distinct} distinct")
+        if "reward_model_version" in table.schema.names:  # one reward-model version per batch
+            versions = pc.unique(table.column("reward_model_version")).to_pylist()
+            if len(versions) > 1:
+                raise B.BatchError(f"train batch mixes reward-model versions {sorted(versions)}")
+        for rider in self.riders():
+            table = rider.rewards(table)
+        table, reward_metrics = self.aggregator.apply(table)
+        rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
+        groups = torch.from_numpy(B.group_index(table))
+        outcome = ADVANTAGES.get(algo.advantage)(rewards, groups)
+        old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
+        ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
+        adv = outcome[:, None].expand_as(old_lp).clone()
+        if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
+            dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32)
+            process = process_advantages(dense, r_mask.float(), groups)
+            adv = combine_advantages(outcome, lrn.config.prime.process_weight * process, r_mask.float())
+        active = torch.ones(table.num_rows, dtype=torch.bool)
+        if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
+            active &= torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
+            adv = adv * active[:, None]
+        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, old_lp=old_lp, adv=adv,
+                    groups=groups, p_width=p_width)
+        # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
+        # forward/backward is wasted work. The token-mean still counts their tokens (unchanged update).
+        needed = active & ((adv != 0) & r_mask).any(dim=1)
+        if not (algo.skip_uniform_groups and lrn.reference is None):
+            needed = active
+        for rider in self.riders():
+            rows = rider.prepare(table, data)
+            if rows is not None:
+                needed = needed | rows
+        data["prox"] = self._proximal(data, needed)
+
+        n = table.num_rows
+        gen = torch.Generator().manual_seed(hash((lrn.config.seed, lrn.version)) % 2**63)
+        order = torch.randperm(n, generator=gen) if algo.mini_batches > 1 else torch.arange(n)
+        sums = {k: 0.0 for k in SUMS}
+        norms, skipped, computed = [], 0, 0
+        for rows in torch.tensor_split(order, min(algo.mini_batches, n)):
+            ok, norm, done = self._update(rows, needed, data, sums)
+            norms.append(norm)
+            skipped += not ok
+            computed += done
+        lrn.version += 1
+        if dump_path:
+            lengths = r_mask.sum(1).numpy()
+            flat = adv[r_mask].numpy()
+            B.dump_parquet(table.append_column("advantages", B.list_column(flat, lengths, pa.float32())), dump_path)
+        out = rl_metrics(lrn, table, rewards, groups, outcome, sums, old_lp, r_mask, norms, skipped)
+        for rider in self.riders():
+            out.update(rider.metrics(sums, len(norms)))
+        out.update(reward_metrics)
+        out["train/rows_computed_frac"] = computed / max(n, 1)
+        out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
+        return out
+
+    def _proximal(self, d: dict, needed: torch.Tensor) -> torch.Tensor | None:
+        """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
+        policy), computed without gradients for the rows that train."""
+        lrn = self.learner
+        if lrn.algo.off_policy != "decoupled_ppo":
+            return None
+        prox = torch.zeros_like(d["old_lp"])
+        rows = torch.nonzero(needed).squeeze(1)
+        with torch.no_grad():
+            for mb in (rows.split(lrn.algo.micro_batch_size) if len(rows) else ()):
+                prox[mb] = lrn._token_logprobs(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
+                                               d["r_ids"][mb], d["p_width"], groups=d["groups"][mb],
+                                               **lrn.sampling).cpu()
+        return prox
+
+    def _loss(self, logp, old_lp, adv, prox):
+        from actors.algorithms import OFF_POLICY, POLICY_LOSSES
+
+        a = self.learner.algo
+        if a.off_policy in (None, "none"):
+            extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
+            loss, stats = POLICY_LOSSES.get(a.policy_loss)(logp, old_lp, adv, clip_eps=a.clip_eps, **extra)
+            stats.setdefault("is_weight", torch.ones_like(logp))
+            return loss, stats
+        return OFF_POLICY.get(a.off_policy)(logp, old_lp, adv, proximal_logprobs=prox, clip_eps=a.clip_eps,
+                                            clip_eps_high=a.clip_eps_high, is_cap=a.is_cap)
+
+    def _update(self, rows: torch.Tensor, needed: torch.Tensor, d: dict, sums: dict) -> tuple[bool, float, int]:
+        """One optimizer step on `rows`: token-mean over all their response tokens, in micro-batches
+        over the rows that need a forward pass. A non-finite loss or gradient skips the step
+        (counted, warned) instead of poisoning the weights."""
+        from actors.algorithms.losses import kl_k3
+        from actors.sampling import token_logprobs
+
+        lrn, dev, p_width = self.learner, self.learner.device, d["p_width"]
+        tokens = max(int(d["r_mask"][rows].sum()), 1)
+        # Zeros, not None: AdamW skips a parameter whose grad is None, but a zero gradient still moves
+        # it through momentum, which is what the same update without skipped rows would do.
+        lrn.optimizer.zero_grad(set_to_none=False)
+        for param in lrn.trained_parameters():  # a fresh or just-restored process has None grads
+            if param.grad is None and param.requires_grad:
+                param.grad = torch.zeros_like(param)
+        part = {k: 0.0 for k in sums}
+        finite = True
+        compute = rows[needed[rows]]
+        riders = self.riders()
+        after = any(r.needs_tail for r in riders)
+        for rider in riders:
+            rider.begin(d, rows)
+        for mb in (compute.split(lrn.algo.micro_batch_size) if len(compute) else ()):
+            m = d["r_mask"][mb].to(dev).float()
+            out = lrn._response_logits(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb], p_width,
+                                       groups=d["groups"][mb], after=after)
+            logits, tail = out if after else (out, None)
+            logp = token_logprobs(logits, d["r_ids"][mb].to(dev), **lrn.sampling)
+            pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
+                                   None if d["prox"] is None else d["prox"][mb].to(dev))
+            loss = pg
+            terms = []
+            for rider in riders:
+                term, rider_sums = rider.term(tail, d, mb)
+                if isinstance(term, torch.Tensor) or term:
+                    terms.append(term)
+                for k, v in rider_sums.items():
+                    part[k] = part.get(k, 0.0) + v
+            if lrn.reference is not None:
+                with torch.no_grad():
+                    ref_lp = lrn._token_logprobs(lrn.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
+                                                 d["r_ids"][mb], p_width, groups=d["groups"][mb], **lrn.sampling)
+                kl = kl_k3(logp, ref_lp)
+                loss = loss + lrn.algo.kl_coef * kl
+                part["kl"] += (kl.detach() * m).sum().item()
+            total = (loss * m).sum() / tokens  # each micro-batch divides by the update's token count
+            for term in terms:
+                total = total + term
+            if not torch.isfinite(total):
+                finite = False
+                break
+            total.backward()
+            with torch.no_grad():
+                part["loss"] += (loss * m).sum().item()
+                part["pg_loss"] += (pg * m).sum().item()
+                part["clip_frac"] += (stats["clip_frac"] * m).sum().item()
+                part["is_weight"] += (stats["is_weight"] * m).sum().item()
+        grad_norm = lrn.clip_grads(lrn.algo.grad_clip)
+        if finite and torch.isfinite(grad_norm):
+            lrn.optimizer.step()
+        else:
+            finite = False
+            lrn.optimizer.zero_grad(set_to_none=True)
+            lrn.skipped_steps += 1
+            log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
+                        part["loss"] / tokens, float(grad_norm), lrn.skipped_steps)
+        # rows that were not computed had is_weight 1 in effect
+        part["is_weight"] += float(d["r_mask"][rows[~needed[rows]]].sum())
+        for k, v in part.items():
+            sums[k] = sums.get(k, 0.0) + v
+        return finite, float(grad_norm), len(compute)
