@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import textwrap
 from pathlib import Path
@@ -40,7 +41,14 @@ def secrets_dir():
         with open(path, "w") as f:
             f.write(SECRET)
         os.chmod(path, mode)
+    # A listening unix socket outside the sandbox, as Ray's raylet has under /tmp/ray (connect()
+    # to a path is no file access Landlock checks: only seccomp's refusal of socket() stops it).
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(os.path.join(d, "raylet"))
+    os.chmod(os.path.join(d, "raylet"), 0o777)
+    listener.listen(8)
     yield d
+    listener.close()
     shutil.rmtree(d)
 
 
@@ -127,6 +135,10 @@ def corpus(d: str) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
             import os
             load_as("_posixsubprocess", "x._posixsubprocess")
             os.fork()""")), TESTS, ("PermissionError", "BlockingIOError", "ImportError")),
+        ("connect to a unix socket outside", attack(f"""
+            import socket
+            s = socket.socket(socket.AF_UNIX)
+            s.connect({d + '/raylet'!r})"""), TESTS, denied),
         ("signal the worker", attack("import os\nos.kill(os.getppid(), 9)"), TESTS, denied),
     ]
 

@@ -73,7 +73,7 @@ Protections (docs/security.md has the whole list and what holds where a layer is
   cannot evaluate itself; it holds no expected value and no secret.
 - Kernel layers of each test process (actors.rewards.code_child): Landlock reads/listings/exec
   only of its directory and the interpreter's files, writes only in its directory; no TCP; no
-  signals outside; seccomp (AF_UNIX sockets only, no io_uring); no capabilities; rlimits; its
+  signals outside; seccomp (no sockets, no io_uring); no capabilities; rlimits; its
   process group killed after each test. A missing layer makes the pool refuse to start unless
   `allow_missing_layers` lists it (then a warning at every start).
 - `reward_reason` holds only text the parent builds (built-in exception class names, lines,
