@@ -13,6 +13,7 @@ import pytest
 from actors.rewards import code_child
 from actors.rewards.code import code_tests, reward_check
 from actors.rewards.code_asserts import NotPlain, decode, evaluate, exception_name, plan_test
+from actors.rewards.code_run import _check
 from actors.rewards.sandbox import RewardPool
 
 
@@ -30,6 +31,37 @@ def test_asserts_split_into_parent_side_checks_and_probes():
     # math imported by the setup is the parent's; a name the setup binds is the child's
     assert split("assert isclose(f(), .3)", known={"isclose"})[1] == ["isclose(<p0>, 0.3)"]
     assert split("assert abs(f()) == 1", child={"abs"}) == ([[1, ["abs(f())"], 1]], ["<p0> == 1"])
+
+
+def test_values_the_test_names_once_stay_with_the_parent():
+    # the parent keeps `expected`: only add(1, 2) is the child's to report
+    assert split("expected = 3\nassert add(1, 2) == expected") == (
+        [[0, "expected = 3", 1], [1, ["add(1, 2)"], 2]], ["<p0> == 3"])
+    assert split("cases = [(1, 3)]\nfor a, b in cases:\n    assert f(a) == b")[1] == ["<p0> == 3"]
+    # bound twice, handed to the child's code, or not the parent's to compute: the child's value
+    assert split("e = 3\ne = f(e)\nassert g() == e")[1] == ["<p0> == <p1>"]
+    assert split("xs = [3, 1]\nsort(xs)\nassert xs == [1, 3]")[1] == ["<p0> == [1, 3]"]
+    assert split("xs = [3, 1]\nassert f(xs) == xs")[1] == ["<p0> == <p1>"]
+    assert split("t = (3, 1)\nassert f(t) == t")[1] == ["<p0> == (3, 1)"]  # immutable: safe
+    assert split("e = f()\nassert g() == e")[1] == ["<p0> == <p1>"]
+
+
+def test_a_report_must_hold_one_entry_per_probe():
+    expr = ast.Compare(ast.Name("<p0>", ast.Load()), [ast.Eq()], [ast.Constant(3)])
+    assert _check(b'[["v", ["i", "0x3"]]]', expr, {}) is None
+    assert _check(b'[["v", ["i", "0x3"]], ["v", ["i", "0x3"]]]', expr, {}) == "malformed report"
+
+
+def test_sets_and_dicts_of_colliding_hashes_are_refused():
+    """k * (2**61 - 1) all hash to 0: a set of 30,000 of them costs the parent tens of seconds."""
+    m = (1 << 61) - 1
+    with pytest.raises(NotPlain):
+        decode(["S", [["i", hex(m * k)] for k in range(1, 30_000)]])
+    with pytest.raises(NotPlain):
+        decode(["d", [[["i", hex(m * k)], ["n"]] for k in range(1, 30_000)]])
+    with pytest.raises(OverflowError, match="share a hash"):
+        evaluate(ast.parse("set(p) == {0}", mode="eval").body, {"p": [m * k for k in range(30_000)]})
+    assert decode(["S", [["i", hex(k)] for k in range(30_000)]]) == set(range(30_000))
 
 
 @pytest.mark.parametrize("test, fragment", [

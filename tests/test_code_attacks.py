@@ -234,3 +234,36 @@ def test_forged_reports_only_claim_values(pool):
         """)
     value, error = pool.score([item(forge, TESTS)], TIMEOUTS)[0]
     assert error is None and value == 0.0 and "LEAK" not in value.reason, value.reason
+
+
+def forger(report: bytes) -> str:
+    return textwrap.dedent(f"""
+        import os, stat
+        for fd in range(3, 64):
+            try:
+                if fd != 1 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, {report!r})
+            except OSError:
+                pass
+        os._exit(0)
+        """)
+
+
+# Expected values the test names: were probes the child reported, so a forger claiming the same
+# value for every probe passed (7 == 7).
+NAMED_EXPECTED = [
+    "expected = 3\nassert add(1, 2) == expected",
+    "def test_add():\n    want: int = 4\n    assert add(2, 2) == want\ntest_add()",
+    "expected = [3]\nassert [add(1, 2)] == expected",
+]
+
+
+def test_a_forger_cannot_claim_the_expected_values_a_test_names(pool):
+    same = b'T[["v", ["i", "7"]], ["v", ["i", "7"]]]\nE'
+    listed = b'T[["v", ["i", "7"]], ["v", ["l", [["i", "7"]]]]]\nE'
+    out = pool.score([item(forger(same), NAMED_EXPECTED[:1]), item(forger(same), NAMED_EXPECTED[1:2]),
+                      item(forger(listed), NAMED_EXPECTED[2:])], TIMEOUTS)
+    for (value, error), test in zip(out, NAMED_EXPECTED):
+        assert error is None and value == 0.0, (test, value.reason)
+    good = "def add(a, b):\n    return a + b\n"
+    assert pool.score([item(good, NAMED_EXPECTED)], TIMEOUTS)[0][0] == 1.0

@@ -34,6 +34,7 @@ MAX_DEPTH = 20  # nesting of a reported value
 MAX_ITEMS = 100_000  # elements of all reported values of one test
 MAX_INT_BITS = 1 << 16  # of an int the parent computes with
 MAX_SEQ = 1_000_000  # length of a sequence the parent builds
+MAX_SAME_HASH = 64  # distinct elements of one set or dict the parent builds that share a hash
 
 # Functions the parent applies to plain values itself (a name bound by the row rebinds it).
 FUNCTIONS = {name: getattr(builtins, name) for name in (
@@ -90,6 +91,8 @@ def plan_test(source: str, i: int, child_names: set[str], known: set[str] = froz
     mine = whitelisted_imports(tree)
     planner = _Planner(i, (child_names | bound_names(source)) - mine - (known - child_names),
                        (known | mine) - {"math"})
+    planner.constants = _once_bound(tree) - child_names - mine
+    planner.shared = _escaping(tree)
     planner.block(tree.body, {})
     if not planner.checks:
         raise ValueError(f"tests[{i}] has no assert: nothing would decide whether it passes "
@@ -115,6 +118,11 @@ class _Planner:
         self.steps: list = []
         self.checks: list = []
         self.inlined: set[str] = set()
+        self.looping = 0
+        # Names the test binds once from a value the parent computes (`expected = [1, 2]`): the
+        # parent keeps that value, so a response that forges the report cannot claim it too.
+        self.constants: set[str] = set()
+        self.shared: set[str] = set()  # names the test's own code could mutate in the child
 
     def bad(self, node: ast.AST, what: str) -> ValueError:
         return ValueError(f"tests[{self.i}] line {getattr(node, 'lineno', '?')}: {what} is not supported "
@@ -129,7 +137,7 @@ class _Planner:
         for node in body:
             if isinstance(node, ast.Assert):
                 self.assertion(node, env)
-            elif isinstance(node, ast.FunctionDef) and node.name.startswith("test") and not env:
+            elif isinstance(node, ast.FunctionDef) and node.name.startswith("test") and not self.looping:
                 if node.decorator_list or _has_params(node.args):
                     raise self.bad(node, f"test function {node.name}() with parameters or decorators")
                 self.inlined.add(node.name)
@@ -144,6 +152,28 @@ class _Planner:
                 raise self.bad(node, type(node).__name__.lower())
             else:
                 self.emit([0, ast.unparse(_substitute(node, env)), node.lineno])
+                self.constant(node, env)
+
+    def constant(self, node: ast.stmt, env: dict) -> None:
+        """Keep `NAME = <value the parent computes>` in `env` when NAME is bound only there and
+        its value cannot change in the child (immutable, or never handed to the child's code)."""
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
+            target, value = node.target, node.value
+        else:
+            return
+        if not isinstance(target, ast.Name) or target.id not in self.constants:
+            return
+        if _uses(value, self.child, {**self.fns, **env}) or not _supported(value, self.fns):
+            return
+        try:
+            v = evaluate(value, {**self.fns, **env}, self.child)
+            literal(v)
+        except Exception:  # it fails in the child as well, or is no plain value: the child's
+            return
+        if _immutable(v) or target.id not in self.shared:
+            env[target.id] = v
 
     def loop(self, node: ast.For, env: dict) -> None:
         names = _target_names(node.target)
@@ -165,10 +195,12 @@ class _Planner:
                 raise ValueError(f"tests[{self.i}] line {node.lineno}: the loop runs over "
                                  f"{type(value).__name__} values; only plain values are supported "
                                  f"(supported forms: {FORMS})") from None
+        self.looping += 1
         for value in values:
             inner = dict(env)
             _bind(node.target, value, inner, self, node)
             self.block(node.body, inner)
+        self.looping -= 1
 
     def assertion(self, node: ast.Assert, env: dict) -> None:
         probes: list[str] = []
@@ -189,6 +221,66 @@ class _Planner:
                                  f"evaluate ({ast.unparse(node)[:80]!r})")
         probes.append(ast.unparse(_substitute(node, env)))
         return ast.Name(f"<p{len(probes) - 1}>", ast.Load())
+
+
+def _once_bound(tree: ast.Module) -> set[str]:
+    """Names bound exactly once in the test, and not as a parameter, global or import anywhere."""
+    counts: dict[str, int] = {}
+    for n in ast.walk(tree):
+        names = []
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names = [n.id]
+        elif isinstance(n, ast.arg):
+            names = [n.arg, n.arg]
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [n.name]
+        elif isinstance(n, ast.alias):
+            names = [(n.asname or n.name).split(".")[0]] * 2
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            names = list(n.names) * 2
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names = [n.name, n.name]
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            names = [n.name, n.name]
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            names = [n.rest, n.rest]
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return {name for name, c in counts.items() if c == 1}
+
+
+def _escaping(tree: ast.Module) -> set[str]:
+    """Names the test's code could mutate in the child: used outside an assert (but as a for
+    loop's iterable, which the parent evaluates), or inside an assert under a call of the child's
+    code, an attribute, a lambda or a comprehension."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST, exposed: bool) -> None:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and exposed:
+            out.add(node.id)
+        if isinstance(node, ast.Assert):
+            exposed = False
+        elif isinstance(node, ast.For):
+            visit(node.iter, exposed and not isinstance(node.iter, ast.Name))
+            for part in (node.target, *node.body, *node.orelse):
+                visit(part, exposed)
+            return
+        elif isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+            exposed = True
+        elif isinstance(node, (ast.Attribute, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                               ast.GeneratorExp, ast.NamedExpr)):
+            exposed = True
+        for child in ast.iter_child_nodes(node):
+            visit(child, exposed)
+
+    visit(tree, True)
+    return out
+
+
+def _immutable(v) -> bool:
+    if type(v) in (tuple, frozenset):
+        return all(_immutable(x) for x in v)
+    return type(v) in (int, float, bool, str, bytes, complex, type(None))
 
 
 def _has_params(a: ast.arguments) -> bool:
@@ -451,6 +543,9 @@ def _call(fn, name: str, args: list, kwargs: dict):
         raise OverflowError("exponent too large")
     if name in ("factorial", "comb", "perm") and any(type(a) is int and a > 10_000 for a in args):
         raise OverflowError(f"math.{name} argument too large")
+    if name in ("set", "frozenset", "dict") and args and type(args[0]) in (list, tuple, set, frozenset, dict):
+        few_collisions(args[0] if name != "dict" or type(args[0]) is dict
+                       else [p[0] for p in args[0] if type(p) in (list, tuple) and len(p) == 2])
     out = fn(*args, **kwargs)
     if name == "reversed":
         out = list(out)
@@ -516,17 +611,33 @@ def decode(tagged, budget: list[int] | None = None, depth: int = 0):
             return bytes.fromhex(x)
         if tag in ("l", "t", "S", "F") and type(x) is list:
             items = [decode(e, budget, depth + 1) for e in x]
+            if tag in ("S", "F"):
+                few_collisions(items)
             return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
         if tag == "d" and type(x) is list:
-            out = {}
+            pairs = []
             for pair in x:
                 if type(pair) is not list or len(pair) != 2:
                     raise NotPlain("malformed dict")
-                out[decode(pair[0], budget, depth + 1)] = decode(pair[1], budget, depth + 1)
-            return out
+                pairs.append((decode(pair[0], budget, depth + 1), decode(pair[1], budget, depth + 1)))
+            few_collisions([k for k, _ in pairs])
+            return dict(pairs)
     except (ValueError, TypeError, OverflowError):
         pass
     raise NotPlain("malformed")
+
+
+def few_collisions(items) -> None:
+    """OverflowError (NotPlain when decoding) when more than MAX_SAME_HASH distinct-or-not items
+    share a hash: int, float and tuple hashes are predictable (k * (2**61 - 1) all hash to 0), and
+    a set or dict of n colliding keys costs n**2 comparisons, tens of seconds of the parent's CPU
+    for one 1 MB report. Equal items count too: a set the child reported has none."""
+    seen: dict[int, int] = {}
+    for item in items:
+        h = hash(item)  # TypeError for an unhashable item, as building the set would raise
+        seen[h] = seen.get(h, 0) + 1
+        if seen[h] > MAX_SAME_HASH:
+            raise OverflowError(f"more than {MAX_SAME_HASH} elements share a hash")
 
 
 def exception_name(name) -> str:
