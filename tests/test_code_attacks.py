@@ -220,6 +220,36 @@ def test_always_equal_objects_fail_every_assert_form(pool):
     assert pool.score([item(good, plain_forms)], TIMEOUTS)[0][0] == 1.0
 
 
+# Comparisons made inside a builtin method or a module function in the test process, where an
+# always-equal element or argument decides: each scored 1.0.
+EQUAL_INSIDE = textwrap.dedent("""
+    class E:
+        def __eq__(self, o): return True
+        def __hash__(self): return hash(3)
+    def add(a, b):
+        return E()
+    def adds(a, b):
+        return [E()]
+    """)
+METHOD_FORMS = [
+    "assert adds(1, 2).count(3) == 1",
+    "assert adds(1, 2).index(3) == 0",
+    "assert {3: 'x'}.get(add(1, 2)) == 'x'",
+    "assert [3, 4].index(add(1, 2)) == 0",
+    "import operator\nassert operator.eq(add(1, 2), 3)",
+]
+
+
+def test_comparisons_inside_methods_see_plain_values_only(pool):
+    value, error = pool.score([item(EQUAL_INSIDE, METHOD_FORMS)], TIMEOUTS)[0]
+    assert error is None and value.details["passed"] == [0] * len(METHOD_FORMS), value.reason
+    assert value.reason.count("a value is not a plain value") == len(METHOD_FORMS)
+    good = "from collections import Counter\ndef add(a, b):\n    return a + b\n" \
+           "def adds(a, b):\n    return Counter([a + b])\n"
+    forms = METHOD_FORMS[2:] + ["assert adds(1, 2).get(3) == 1", "assert ' x '.strip() + str(add(1, 2)) == 'x3'"]
+    assert pool.score([item(good, forms)], TIMEOUTS)[0][0] == 1.0
+
+
 def test_forged_reports_only_claim_values(pool):
     """A response that writes the harness's report itself (every fd) cannot pass without the
     right values: the parent compares them, and nothing it writes reaches the reason."""

@@ -219,7 +219,7 @@ class _Planner:
         if any(isinstance(n, ast.Compare) for n in ast.walk(node)):
             raise self.bad(node, "a comparison inside an expression only the test process can "
                                  f"evaluate ({ast.unparse(node)[:80]!r})")
-        probes.append(ast.unparse(_substitute(node, env)))
+        probes.append(ast.unparse(_Methods().visit(_substitute(node, env))))
         return ast.Name(f"<p{len(probes) - 1}>", ast.Load())
 
 
@@ -399,6 +399,24 @@ def _copy_with(node: ast.expr, part) -> ast.expr | None:
     if isinstance(node, ast.IfExp):
         return ast.IfExp(part(node.test), part(node.body), part(node.orelse))
     return None
+
+
+METHOD = "__coevo_method"  # the harness's function a probe's method calls go through
+
+
+class _Methods(ast.NodeTransformer):
+    """`r.m(a, k=b)` -> `__coevo_method(r, "m", a, k=b)`: the child then refuses a builtin
+    container holding a custom object, or a custom argument to a builtin or module function
+    (`[E()].count(3)`, `{3: 1}.get(E())`, `operator.eq(E(), 3)` would compare in the child, where
+    a custom `__eq__` or `__hash__` decides). Methods of the response's own objects still run."""
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute):
+            return ast.copy_location(ast.Call(ast.Name(METHOD, ast.Load()),
+                                              [node.func.value, ast.Constant(node.func.attr), *node.args],
+                                              node.keywords), node)
+        return node
 
 
 class _Sub(ast.NodeTransformer):
