@@ -561,6 +561,11 @@ def _call(fn, name: str, args: list, kwargs: dict):
         raise OverflowError("exponent too large")
     if name in ("factorial", "comb", "perm") and any(type(a) is int and a > 10_000 for a in args):
         raise OverflowError(f"math.{name} argument too large")
+    if name == "prod" and args and type(args[0]) in (list, tuple, set, frozenset) and sum(
+            x.bit_length() for x in args[0] if type(x) is int) > MAX_INT_BITS:
+        raise OverflowError("a product that large is refused")  # 45,000 32-bit ints: 11 s
+    if name == "round" and len(args) == 2 and type(args[1]) is int and abs(args[1]) > 10_000:
+        raise OverflowError("round() to that many digits is refused")
     if name in ("set", "frozenset", "dict") and args and type(args[0]) in (list, tuple, set, frozenset, dict):
         few_collisions(args[0] if name != "dict" or type(args[0]) is dict
                        else [p[0] for p in args[0] if type(p) in (list, tuple) and len(p) == 2])
