@@ -139,6 +139,11 @@ def corpus(d: str) -> list[tuple[str, str, list[str], tuple[str, ...]]]:
             import socket
             s = socket.socket(socket.AF_UNIX)
             s.connect({d + '/raylet'!r})"""), TESTS, denied),
+        ("unshare a user namespace", attack("""
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER: every capability inside it
+                raise OSError(ctypes.get_errno(), "unshare")"""), TESTS, ("PermissionError", "ImportError")),
         ("signal the worker", attack("import os\nos.kill(os.getppid(), 9)"), TESTS, denied),
     ]
 

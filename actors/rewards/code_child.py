@@ -14,8 +14,8 @@ Layers (names as `missing` and `allow_missing_layers` spell them):
 - `landlock_signals` (ABI >= 6): no signals to, and no abstract unix sockets of, processes
   outside the test (so not the worker that runs it);
 - `seccomp`: no socket() at all (no IPv4/IPv6, packet or netlink sockets, and no unix socket
-  that could connect() to a path outside: Landlock does not check that), no io_uring, no system
-  calls of another ABI (x86_64, aarch64).
+  that could connect() to a path outside: Landlock does not check that), no io_uring, no
+  unshare() (user namespaces), no system calls of another ABI (x86_64, aarch64).
 Always: no_new_privs, RLIMIT_AS/CPU/FSIZE/NOFILE/NPROC=0/CORE=0, PR_SET_PDEATHSIG.
 
 `check(python)` starts one test process with every layer, verifies each from outside
@@ -40,9 +40,10 @@ ALLOW_ENV = "COEVO_CODE_TESTS_ALLOW_MISSING_LAYERS"  # comma-separated layer nam
 # seccomp-BPF: no socket() of any family (UDP, raw and netlink, which Landlock does not cover; and
 # AF_UNIX too: connect() to a pathname socket such as Ray's raylet under /tmp/ray is not a Landlock
 # file access, so only refusing the socket stops it), no io_uring (it could open sockets around
-# the filter), and no system calls of another ABI (x32, i386). struct seccomp_data: nr at 0,
-# arch at 4. socketpair() stays: an unnamed pair reaches nothing outside the process.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+# the filter), no unshare() (a new user namespace gives the test process every capability in it:
+# kernel attack surface it has no use for), and no system calls of another ABI (x32, i386).
+# struct seccomp_data: nr at 0, arch at 4. socketpair() stays: an unnamed pair reaches nothing.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 425, 272), "aarch64": (0xC00000B7, 198, 425, 97)}
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
@@ -50,13 +51,14 @@ def seccomp_program() -> list[tuple[int, int, int, int]] | None:
     arch = _SECCOMP_ARCH.get(os.uname().machine)
     if arch is None:
         return None
-    audit_arch, nr_socket, nr_io_uring = arch
+    audit_arch, nr_socket, nr_io_uring, nr_unshare = arch
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
     return [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, deny),        # 0-2: arch
-            (ld, 0, 0, 0), (jge, 3, 0, 0x40000000),                            # 3-4: x32 calls
-            (jeq, 2, 0, nr_socket), (jeq, 1, 0, nr_io_uring),                  # 5-6
-            (ret, 0, 0, allow), (ret, 0, 0, deny)]                             # 7-8
+            (ld, 0, 0, 0), (jge, 4, 0, 0x40000000),                            # 3-4: x32 calls
+            (jeq, 3, 0, nr_socket), (jeq, 2, 0, nr_io_uring),                  # 5-6
+            (jeq, 1, 0, nr_unshare),                                           # 7
+            (ret, 0, 0, allow), (ret, 0, 0, deny)]                             # 8-9
 
 
 def _seccomp_no_inet() -> None:
