@@ -71,6 +71,8 @@ def test_sets_and_dicts_of_colliding_hashes_are_refused():
     ("assert all(f(x) == 1 for x in g())", "a comparison inside an expression only the test process"),
     ("for x in f():\n    assert x", "a for loop over something only the test process can compute"),
     ("def test_f(a):\n    assert a", "test function test_f() with parameters"),
+    # a copy passed `is not xs` and a wrong `[]` too: the parent judges identity of singletons only
+    ("xs = [1]\nassert f(xs) is not xs", "tests[3] line 2: `is` between values"),
     ("for x in range(5000):\n    assert f(x)", "more than 1000"),
     ("for g in [abs, len]:\n    assert g(f())", "tests[3] line 1: the loop runs over builtin_function_or_method values"),
 ])
@@ -92,6 +94,9 @@ def test_the_evaluator_refuses_what_could_hang_the_parent():
     with pytest.raises(OverflowError):
         evaluate(ast.parse("round(5, p) == 0", mode="eval").body, {"p": -10 ** 7})
     assert evaluate(ast.parse("math.prod(p)", mode="eval").body, {"p": [2, 3]}) == 6
+    with pytest.raises(TypeError, match="identity"):  # two reported values are copies
+        evaluate(ast.parse("p is q", mode="eval").body, {"p": [1], "q": [1]})
+    assert evaluate(ast.parse("p is None or type(q) is list", mode="eval").body, {"p": 1, "q": [1]})
 
 
 def test_decoding_is_strict():

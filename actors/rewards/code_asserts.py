@@ -205,6 +205,13 @@ class _Planner:
     def assertion(self, node: ast.Assert, env: dict) -> None:
         probes: list[str] = []
         expr = self.split(node.test, env, probes)
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Compare):
+                sides = [n.left, *n.comparators]
+                for k, op in enumerate(n.ops):
+                    if isinstance(op, (ast.Is, ast.IsNot)) and not (_singleton(sides[k]) or _singleton(sides[k + 1])):
+                        raise self.bad(node, "`is` between values (the parent sees copies: "
+                                             "only `is None`, `is True`, `is False` or classes)")
         self.emit([1, probes, node.lineno])
         self.checks.append((expr, node.lineno, self.fns))
 
@@ -281,6 +288,13 @@ def _immutable(v) -> bool:
     if type(v) in (tuple, frozenset):
         return all(_immutable(x) for x in v)
     return type(v) in (int, float, bool, str, bytes, complex, type(None))
+
+
+def _singleton(node: ast.expr) -> bool:
+    """An operand whose identity the parent can judge: None, True, False, a class."""
+    return (isinstance(node, ast.Constant) and (node.value is None or type(node.value) is bool)
+            or isinstance(node, ast.Name) and node.id in TYPES
+            or isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type")
 
 
 def _has_params(a: ast.arguments) -> bool:
@@ -597,8 +611,10 @@ def _binop(op: ast.operator, a, b):
 def _compare(op: ast.cmpop, a, b) -> bool:
     import operator as o
 
-    if isinstance(op, ast.Is):
-        return a is b if b is None or a is None or type(b) is bool else a == b and type(a) is type(b)
+    if isinstance(op, ast.Is):  # reported values are copies: identity only of singletons and classes
+        if a is None or b is None or type(a) is bool or type(b) is bool or (isinstance(a, type) and isinstance(b, type)):
+            return a is b
+        raise TypeError("identity of two values is not known to the parent")
     if isinstance(op, ast.IsNot):
         return not _compare(ast.Is(), a, b)
     fns = {ast.Eq: o.eq, ast.NotEq: o.ne, ast.Lt: o.lt, ast.LtE: o.le, ast.Gt: o.gt, ast.GtE: o.ge,
