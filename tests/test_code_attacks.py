@@ -251,7 +251,8 @@ def test_comparisons_inside_methods_see_plain_values_only(pool):
     assert value.reason.count("a value is not a plain value") == len(METHOD_FORMS)
     good = "from collections import Counter\ndef add(a, b):\n    return a + b\n" \
            "def adds(a, b):\n    return Counter([a + b])\n"
-    forms = METHOD_FORMS[2:] + ["assert adds(1, 2).get(3) == 1", "assert ' x '.strip() + str(add(1, 2)) == 'x3'"]
+    forms = METHOD_FORMS[2:] + ["assert adds(1, 2).get(3) == 1", "assert ' x '.strip() + str(add(1, 2)) == 'x3'",
+                                "import functools, operator\nassert functools.reduce(operator.add, [add(1, 2), 1]) == 4"]
     assert pool.score([item(good, forms)], TIMEOUTS)[0][0] == 1.0
 
 
