@@ -242,17 +242,21 @@ METHOD_FORMS = [
     "assert {3: 'x'}.get(add(1, 2)) == 'x'",
     "assert [3, 4].index(add(1, 2)) == 0",
     "import operator\nassert operator.eq(add(1, 2), 3)",
+    "n = adds(1, 2).count(3)\nassert n == 1",
 ]
 
 
 def test_comparisons_inside_methods_see_plain_values_only(pool):
     value, error = pool.score([item(EQUAL_INSIDE, METHOD_FORMS)], TIMEOUTS)[0]
     assert error is None and value.details["passed"] == [0] * len(METHOD_FORMS), value.reason
-    assert value.reason.count("a value is not a plain value") == len(METHOD_FORMS)
+    assert value.reason.count("a value is not a plain value") == len(METHOD_FORMS) - 1
+    assert "test 6: an exception of its own class at line 1" in value.reason  # in a statement
     good = "from collections import Counter\ndef add(a, b):\n    return a + b\n" \
            "def adds(a, b):\n    return Counter([a + b])\n"
-    forms = METHOD_FORMS[2:] + ["assert adds(1, 2).get(3) == 1", "assert ' x '.strip() + str(add(1, 2)) == 'x3'",
-                                "import functools, operator\nassert functools.reduce(operator.add, [add(1, 2), 1]) == 4"]
+    forms = METHOD_FORMS[2:5] + [
+        "assert adds(1, 2).get(3) == 1", "n = [add(1, 2)].count(3)\nassert n == 1",
+        "assert ' x '.strip() + str(add(1, 2)) == 'x3'",
+        "import functools, operator\nassert functools.reduce(operator.add, [add(1, 2), 1]) == 4"]
     assert pool.score([item(good, forms)], TIMEOUTS)[0][0] == 1.0
 
 

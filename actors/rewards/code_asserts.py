@@ -151,7 +151,7 @@ class _Planner:
             elif isinstance(node, (ast.Return, ast.Yield, ast.Break, ast.Continue)):
                 raise self.bad(node, type(node).__name__.lower())
             else:
-                self.emit([0, ast.unparse(_substitute(node, env)), node.lineno])
+                self.emit([0, ast.unparse(_Methods(COMPARING).visit(_substitute(node, env))), node.lineno])
                 self.constant(node, env)
 
     def constant(self, node: ast.stmt, env: dict) -> None:
@@ -416,17 +416,26 @@ def _copy_with(node: ast.expr, part) -> ast.expr | None:
 
 
 METHOD = "__coevo_method"  # the harness's function a probe's method calls go through
+COMPARING = frozenset((
+    "count", "index", "get", "issubset", "issuperset", "isdisjoint", "countOf", "indexOf", "contains",
+    "eq", "ne", "lt", "le", "gt", "ge", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__contains__"))
 
 
 class _Methods(ast.NodeTransformer):
     """`r.m(a, k=b)` -> `__coevo_method(r, "m", a, k=b)`: the child then refuses a builtin
     container holding a custom object, or a custom argument to a builtin or module function
     (`[E()].count(3)`, `{3: 1}.get(E())`, `operator.eq(E(), 3)` would compare in the child, where
-    a custom `__eq__` or `__hash__` decides). Methods of the response's own objects still run."""
+    a custom `__eq__` or `__hash__` decides). Methods of the response's own objects still run.
+    In the test's own statements (`r = result.count(3)`), only `names` (the methods whose plain
+    result comes from comparing): a list there may well hold the response's objects."""
+
+    def __init__(self, names: frozenset | None = None):
+        self.names = names
 
     def visit_Call(self, node: ast.Call):
         self.generic_visit(node)
-        if isinstance(node.func, ast.Attribute):
+        if isinstance(node.func, ast.Attribute) and (self.names is None or node.func.attr in self.names):
             return ast.copy_location(ast.Call(ast.Name(METHOD, ast.Load()),
                                               [node.func.value, ast.Constant(node.func.attr), *node.args],
                                               node.keywords), node)
