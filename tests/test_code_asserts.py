@@ -73,6 +73,9 @@ def test_sets_and_dicts_of_colliding_hashes_are_refused():
     ("def test_f(a):\n    assert a", "test function test_f() with parameters"),
     # a copy passed `is not xs` and a wrong `[]` too: the parent judges identity of singletons only
     ("xs = [1]\nassert f(xs) is not xs", "tests[3] line 2: `is` between values"),
+    # an always-equal object made `ok` True in the test process
+    ("ok = add(1, 2) == 3\nassert ok", "tests[3] line 1: a comparison outside an assert"),
+    ("if add(1, 2) == 3:\n    ok = 1\nassert ok", "a comparison outside an assert"),
     ("for x in range(5000):\n    assert f(x)", "more than 1000"),
     ("for g in [abs, len]:\n    assert g(f())", "tests[3] line 1: the loop runs over builtin_function_or_method values"),
 ])

@@ -151,6 +151,10 @@ class _Planner:
             elif isinstance(node, (ast.Return, ast.Yield, ast.Break, ast.Continue)):
                 raise self.bad(node, type(node).__name__.lower())
             else:
+                compare = _direct_compare(node, self.child, {**self.fns, **env})
+                if compare is not None:
+                    raise self.bad(node, "a comparison outside an assert, made by the test process "
+                                         f"({ast.unparse(compare)[:80]!r}; compare in the assert itself)")
                 self.emit([0, ast.unparse(_Methods(COMPARING).visit(_substitute(node, env))), node.lineno])
                 self.constant(node, env)
 
@@ -288,6 +292,21 @@ def _immutable(v) -> bool:
     if type(v) in (tuple, frozenset):
         return all(_immutable(x) for x in v)
     return type(v) in (int, float, bool, str, bytes, complex, type(None))
+
+
+def _direct_compare(node: ast.stmt, child: set[str], env: dict) -> ast.Compare | None:
+    """A comparison in a test statement (not in a function, lambda or comprehension it defines)
+    over values of the test process: `ok = add(1, 2) == 3` then `assert ok` would let a custom
+    `__eq__` decide. Those nested bodies run in the test process too (see docs/security.md)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Compare) and _uses(n, child, env):
+            return n
+        todo.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, (
+            ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+            ast.DictComp, ast.GeneratorExp)))
+    return None
 
 
 def _singleton(node: ast.expr) -> bool:
