@@ -12,13 +12,14 @@ import pytest
 
 from actors.rewards import code_child
 from actors.rewards.code import code_tests, reward_check
-from actors.rewards.code_asserts import NotPlain, decode, evaluate, exception_name, plan_test
+from actors.rewards.code_asserts import (NotPlain, decode, evaluate, exception_name, plan_test,
+                                         setup_constants)
 from actors.rewards.code_run import _check
 from actors.rewards.sandbox import RewardPool
 
 
-def split(test: str, child=frozenset(), known=frozenset()):
-    steps, checks = plan_test(test, 0, set(child), set(known))
+def split(test: str, child=frozenset(), known=frozenset(), constants=None):
+    steps, checks = plan_test(test, 0, set(child), set(known), constants)
     return steps, [ast.unparse(c[0]) for c in checks]
 
 
@@ -44,6 +45,16 @@ def test_values_the_test_names_once_stay_with_the_parent():
     assert split("xs = [3, 1]\nassert f(xs) == xs")[1] == ["<p0> == <p1>"]
     assert split("t = (3, 1)\nassert f(t) == t")[1] == ["<p0> == (3, 1)"]  # immutable: safe
     assert split("e = f()\nassert g() == e")[1] == ["<p0> == <p1>"]
+
+
+def test_the_setups_constants_stay_with_the_parent():
+    setup = ast.parse("import math\nE = 3\nL = [1, 2]\nT = (E, 4)\nN = 0\nN = 1\nR = f()\n"
+                      "def g():\n    L.append(1)\nM = [5]")
+    assert setup_constants(setup, {"math"}) == {"E": 3, "T": (3, 4), "M": [5]}  # L: g mutates it
+    consts = {"E": 3, "M": [5]}
+    assert split("assert add(1, 2) == E", child={"E", "M"}, constants=consts)[1] == ["<p0> == 3"]
+    assert split("E = f()\nassert add(1, 2) == E", child={"E"}, constants=consts)[1] == ["<p0> == <p1>"]
+    assert split("g(M)\nassert add(1, 2) == M", child={"E", "M"}, constants=consts)[1] == ["<p0> == <p1>"]
 
 
 def test_a_report_must_hold_one_entry_per_probe():

@@ -276,6 +276,19 @@ def test_forged_reports_only_claim_values(pool):
     assert error is None and value == 0.0 and "LEAK" not in value.reason, value.reason
 
 
+def test_rebinding_the_setups_expected_values_does_not_pass(pool):
+    """The response runs in the setup's namespace: rebinding the setup's `expected` made both
+    sides of the comparison its own (reward 1.0, no forging, audit hook on)."""
+    setup = "expected = 3\nWANT = [2]\nCASES = [(1, 1, 2), (2, 3, 5)]"
+    tests = ["assert add(1, 2) == expected", "assert [add(1, 1)] == WANT",
+             "for a, b, c in CASES:\n    assert add(a, b) == c"]
+    rebind = "expected = -1\nWANT = [0]\nCASES = [(1, 1, 0)]\ndef add(a, b):\n    return a - b\n"
+    good = "def add(a, b):\n    return a + b\n"
+    out = pool.score([(k, {**v, "setup": setup}) for k, v in (item(rebind, tests), item(good, tests))], TIMEOUTS)
+    assert out[0][1] is None and out[0][0] == 0.0, out[0][0].reason
+    assert out[1][0] == 1.0
+
+
 def forger(report: bytes) -> str:
     return textwrap.dedent(f"""
         import os, stat

@@ -75,11 +75,42 @@ def bound_names(source: str) -> set[str]:
     return names
 
 
-def plan_test(source: str, i: int, child_names: set[str], known: set[str] = frozenset()) -> tuple[list, list]:
+def setup_constants(tree: ast.Module, known: set[str] = frozenset()) -> dict:
+    """`NAME = <value the parent computes>` at the top level of the row's setup, NAME bound only
+    there: the parent keeps these values (the response runs in the setup's namespace and could
+    rebind NAME, or forge what it reports). A mutable value the setup's own code uses is left out."""
+    fns = {name: MATH[name] for name in known if name in MATH}
+    once, shared, bound = _once_bound(tree), _escaping(tree), bound_names(ast.unparse(tree))
+    env: dict = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
+            target, value = node.target, node.value
+        else:
+            continue
+        if not isinstance(target, ast.Name) or target.id not in once or target.id in known:
+            continue
+        child = bound - set(env)
+        if _uses(value, child, {**fns, **env}) or not _supported(value, fns):
+            continue
+        try:
+            v = evaluate(value, {**fns, **env}, child)
+            literal(v)
+        except Exception:
+            continue
+        if _immutable(v) or target.id not in shared:
+            env[target.id] = v
+    return env
+
+
+def plan_test(source: str, i: int, child_names: set[str], known: set[str] = frozenset(),
+              constants: dict | None = None) -> tuple[list, list]:
     """(steps for the child, checks for the parent). A child step is [0, statement source, line] or
     [1, [probe source, ...], line]; checks[k] is (expression with probes as names "<p0>", ...,
     line) for the k-th step of kind 1. `child_names`: names bound outside the test (setup, entry);
-    `known`: names the setup imported from math (the parent has them too)."""
+    `known`: names the setup imported from math (the parent has them too); `constants`: the
+    setup's (setup_constants)."""
     try:
         tree = ast.parse(source, f"<test {i}>")
     except SyntaxError as e:
@@ -93,7 +124,9 @@ def plan_test(source: str, i: int, child_names: set[str], known: set[str] = froz
                        (known | mine) - {"math"})
     planner.constants = _once_bound(tree) - child_names - mine
     planner.shared = _escaping(tree)
-    planner.block(tree.body, {})
+    rebound = bound_names(source)
+    planner.block(tree.body, {k: v for k, v in (constants or {}).items()
+                              if k not in rebound and (_immutable(v) or k not in planner.shared)})
     if not planner.checks:
         raise ValueError(f"tests[{i}] has no assert: nothing would decide whether it passes "
                          f"(supported forms: {FORMS})")
