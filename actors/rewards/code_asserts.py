@@ -83,25 +83,31 @@ def setup_constants(tree: ast.Module, known: set[str] = frozenset()) -> dict:
     once, shared, bound = _once_bound(tree), _escaping(tree), bound_names(ast.unparse(tree))
     env: dict = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
-            target, value = node.target, node.value
-        else:
-            continue
-        if not isinstance(target, ast.Name) or target.id not in once or target.id in known:
-            continue
-        child = bound - set(env)
-        if _uses(value, child, {**fns, **env}) or not _supported(value, fns):
-            continue
-        try:
-            v = evaluate(value, {**fns, **env}, child)
-            literal(v)
-        except Exception:
-            continue
-        if _immutable(v) or target.id not in shared:
-            env[target.id] = v
+        bind_constant(node, env, fns, bound - set(env), once - set(known), shared)
     return env
+
+
+def bind_constant(node: ast.stmt, env: dict, fns: dict, child: set[str], once: set[str], shared: set[str]) -> None:
+    """Keep `NAME = <value the parent computes>` in `env` when NAME is in `once` (bound only
+    there) and its value cannot change in the child (immutable, or NAME not in `shared`: never
+    handed to the child's code)."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0], node.value
+    elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
+        target, value = node.target, node.value
+    else:
+        return
+    if not isinstance(target, ast.Name) or target.id not in once:
+        return
+    if _uses(value, child, {**fns, **env}) or not _supported(value, fns):
+        return
+    try:
+        v = evaluate(value, {**fns, **env}, child)
+        literal(v)
+    except Exception:  # it fails in the child as well, or is no plain value: the child's
+        return
+    if _immutable(v) or target.id not in shared:
+        env[target.id] = v
 
 
 def plan_test(source: str, i: int, child_names: set[str], known: set[str] = frozenset(),
@@ -192,25 +198,7 @@ class _Planner:
                 self.constant(node, env)
 
     def constant(self, node: ast.stmt, env: dict) -> None:
-        """Keep `NAME = <value the parent computes>` in `env` when NAME is bound only there and
-        its value cannot change in the child (immutable, or never handed to the child's code)."""
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
-            target, value = node.target, node.value
-        else:
-            return
-        if not isinstance(target, ast.Name) or target.id not in self.constants:
-            return
-        if _uses(value, self.child, {**self.fns, **env}) or not _supported(value, self.fns):
-            return
-        try:
-            v = evaluate(value, {**self.fns, **env}, self.child)
-            literal(v)
-        except Exception:  # it fails in the child as well, or is no plain value: the child's
-            return
-        if _immutable(v) or target.id not in self.shared:
-            env[target.id] = v
+        bind_constant(node, env, self.fns, self.child, self.constants, self.shared)
 
     def loop(self, node: ast.For, env: dict) -> None:
         names = _target_names(node.target)
