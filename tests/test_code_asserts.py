@@ -12,12 +12,14 @@ import pytest
 
 from actors.rewards import code_child
 from actors.rewards.code import code_tests, reward_check
-from actors.rewards.code_asserts import NotPlain, decode, evaluate, exception_name, plan_test
+from actors.rewards.code_asserts import (NotPlain, decode, evaluate, exception_name, plan_test,
+                                         setup_constants)
+from actors.rewards.code_run import _check
 from actors.rewards.sandbox import RewardPool
 
 
-def split(test: str, child=frozenset(), known=frozenset()):
-    steps, checks = plan_test(test, 0, set(child), set(known))
+def split(test: str, child=frozenset(), known=frozenset(), constants=None):
+    steps, checks = plan_test(test, 0, set(child), set(known), constants)
     return steps, [ast.unparse(c[0]) for c in checks]
 
 
@@ -32,6 +34,47 @@ def test_asserts_split_into_parent_side_checks_and_probes():
     assert split("assert abs(f()) == 1", child={"abs"}) == ([[1, ["abs(f())"], 1]], ["<p0> == 1"])
 
 
+def test_values_the_test_names_once_stay_with_the_parent():
+    # the parent keeps `expected`: only add(1, 2) is the child's to report
+    assert split("expected = 3\nassert add(1, 2) == expected") == (
+        [[0, "expected = 3", 1], [1, ["add(1, 2)"], 2]], ["<p0> == 3"])
+    assert split("cases = [(1, 3)]\nfor a, b in cases:\n    assert f(a) == b")[1] == ["<p0> == 3"]
+    # bound twice, handed to the child's code, or not the parent's to compute: the child's value
+    assert split("e = 3\ne = f(e)\nassert g() == e")[1] == ["<p0> == <p1>"]
+    assert split("xs = [3, 1]\nsort(xs)\nassert xs == [1, 3]")[1] == ["<p0> == [1, 3]"]
+    assert split("xs = [3, 1]\nassert f(xs) == xs")[1] == ["<p0> == <p1>"]
+    assert split("t = (3, 1)\nassert f(t) == t")[1] == ["<p0> == (3, 1)"]  # immutable: safe
+    assert split("e = f()\nassert g() == e")[1] == ["<p0> == <p1>"]
+
+
+def test_the_setups_constants_stay_with_the_parent():
+    setup = ast.parse("import math\nE = 3\nL = [1, 2]\nT = (E, 4)\nN = 0\nN = 1\nR = f()\n"
+                      "def g():\n    L.append(1)\nM = [5]")
+    assert setup_constants(setup, {"math"}) == {"E": 3, "T": (3, 4), "M": [5]}  # L: g mutates it
+    consts = {"E": 3, "M": [5]}
+    assert split("assert add(1, 2) == E", child={"E", "M"}, constants=consts)[1] == ["<p0> == 3"]
+    assert split("E = f()\nassert add(1, 2) == E", child={"E"}, constants=consts)[1] == ["<p0> == <p1>"]
+    assert split("g(M)\nassert add(1, 2) == M", child={"E", "M"}, constants=consts)[1] == ["<p0> == <p1>"]
+
+
+def test_a_report_must_hold_one_entry_per_probe():
+    expr = ast.Compare(ast.Name("<p0>", ast.Load()), [ast.Eq()], [ast.Constant(3)])
+    assert _check(b'[["v", ["i", "0x3"]]]', expr, {}) is None
+    assert _check(b'[["v", ["i", "0x3"]], ["v", ["i", "0x3"]]]', expr, {}) == "malformed report"
+
+
+def test_sets_and_dicts_of_colliding_hashes_are_refused():
+    """k * (2**61 - 1) all hash to 0: a set of 30,000 of them costs the parent tens of seconds."""
+    m = (1 << 61) - 1
+    with pytest.raises(NotPlain):
+        decode(["S", [["i", hex(m * k)] for k in range(1, 30_000)]])
+    with pytest.raises(NotPlain):
+        decode(["d", [[["i", hex(m * k)], ["n"]] for k in range(1, 30_000)]])
+    with pytest.raises(OverflowError, match="share a hash"):
+        evaluate(ast.parse("set(p) == {0}", mode="eval").body, {"p": [m * k for k in range(30_000)]})
+    assert decode(["S", [["i", hex(k)] for k in range(30_000)]]) == set(range(30_000))
+
+
 @pytest.mark.parametrize("test, fragment", [
     ("if True:\n    assert f() == 1", "tests[3] line 1: an assert inside if is not supported"),
     ("try:\n    assert f()\nexcept Exception:\n    pass", "an assert inside try"),
@@ -39,6 +82,11 @@ def test_asserts_split_into_parent_side_checks_and_probes():
     ("assert all(f(x) == 1 for x in g())", "a comparison inside an expression only the test process"),
     ("for x in f():\n    assert x", "a for loop over something only the test process can compute"),
     ("def test_f(a):\n    assert a", "test function test_f() with parameters"),
+    # a copy passed `is not xs` and a wrong `[]` too: the parent judges identity of singletons only
+    ("xs = [1]\nassert f(xs) is not xs", "tests[3] line 2: `is` between values"),
+    # an always-equal object made `ok` True in the test process
+    ("ok = add(1, 2) == 3\nassert ok", "tests[3] line 1: a comparison outside an assert"),
+    ("if add(1, 2) == 3:\n    ok = 1\nassert ok", "a comparison outside an assert"),
     ("for x in range(5000):\n    assert f(x)", "more than 1000"),
     ("for g in [abs, len]:\n    assert g(f())", "tests[3] line 1: the loop runs over builtin_function_or_method values"),
 ])
@@ -55,6 +103,14 @@ def test_the_evaluator_refuses_what_could_hang_the_parent():
         evaluate(ast.parse("'x' * 10 ** 12", mode="eval").body, {})
     with pytest.raises(OverflowError):
         evaluate(ast.parse("sum(list(range(0, p))) == 1", mode="eval").body, {"p": 10 ** 18})
+    with pytest.raises(OverflowError):  # 45,000 probe-made 32-bit factors: 11 s of the parent's CPU
+        evaluate(ast.parse("math.prod(p) == 1", mode="eval").body, {"p": [2 ** 32 - 1] * 45_000})
+    with pytest.raises(OverflowError):
+        evaluate(ast.parse("round(5, p) == 0", mode="eval").body, {"p": -10 ** 7})
+    assert evaluate(ast.parse("math.prod(p)", mode="eval").body, {"p": [2, 3]}) == 6
+    with pytest.raises(TypeError, match="identity"):  # two reported values are copies
+        evaluate(ast.parse("p is q", mode="eval").body, {"p": [1], "q": [1]})
+    assert evaluate(ast.parse("p is None or type(q) is list", mode="eval").body, {"p": 1, "q": [1]})
 
 
 def test_decoding_is_strict():

@@ -73,7 +73,7 @@ Protections (docs/security.md has the whole list and what holds where a layer is
   cannot evaluate itself; it holds no expected value and no secret.
 - Kernel layers of each test process (actors.rewards.code_child): Landlock reads/listings/exec
   only of its directory and the interpreter's files, writes only in its directory; no TCP; no
-  signals outside; seccomp (AF_UNIX sockets only, no io_uring); no capabilities; rlimits; its
+  signals outside; seccomp (no sockets, no io_uring); no capabilities; rlimits; its
   process group killed after each test. A missing layer makes the pool refuse to start unless
   `allow_missing_layers` lists it (then a warning at every start).
 - `reward_reason` holds only text the parent builds (built-in exception class names, lines,
@@ -99,7 +99,7 @@ import tempfile
 import time
 
 from actors.rewards import REWARD_FUNCTIONS, code_child
-from actors.rewards.code_asserts import bound_names, plan_test, whitelisted_imports
+from actors.rewards.code_asserts import bound_names, plan_test, setup_constants, whitelisted_imports
 from actors.rewards.code_run import audit_hook_on, run_test
 from actors.rewards.text import MISSING, check_text, refuse_longer, require
 
@@ -265,6 +265,7 @@ def code_tests(prompt: str, response: str, tests=MISSING, setup=None, entry=None
     setup = check_text(setup, "setup") if setup else ""
     known: set[str] = set()
     child = set()
+    constants: dict = {}
     if setup:
         try:
             setup_tree = ast.parse(setup, "<setup>")
@@ -272,9 +273,10 @@ def code_tests(prompt: str, response: str, tests=MISSING, setup=None, entry=None
             raise ValueError(f"'setup' is not valid Python: {type(e).__name__}: {e}") from None
         known = whitelisted_imports(setup_tree)
         child = bound_names(setup) - known
+        constants = {k: v for k, v in setup_constants(setup_tree, known).items() if k != entry}
     if entry is not None and not (isinstance(entry, str) and entry.isidentifier()):
         raise ValueError(f"'entry' must be a Python name, got {entry!r}")
-    plans = [plan_test(t, i, child | ({entry} if entry else set()), known) for i, t in enumerate(cases)]
+    plans = [plan_test(t, i, child | ({entry} if entry else set()), known, constants) for i, t in enumerate(cases)]
     verpo = None
     if mode == "verpo":
         try:

@@ -34,6 +34,7 @@ MAX_DEPTH = 20  # nesting of a reported value
 MAX_ITEMS = 100_000  # elements of all reported values of one test
 MAX_INT_BITS = 1 << 16  # of an int the parent computes with
 MAX_SEQ = 1_000_000  # length of a sequence the parent builds
+MAX_SAME_HASH = 64  # distinct elements of one set or dict the parent builds that share a hash
 
 # Functions the parent applies to plain values itself (a name bound by the row rebinds it).
 FUNCTIONS = {name: getattr(builtins, name) for name in (
@@ -74,11 +75,48 @@ def bound_names(source: str) -> set[str]:
     return names
 
 
-def plan_test(source: str, i: int, child_names: set[str], known: set[str] = frozenset()) -> tuple[list, list]:
+def setup_constants(tree: ast.Module, known: set[str] = frozenset()) -> dict:
+    """`NAME = <value the parent computes>` at the top level of the row's setup, NAME bound only
+    there: the parent keeps these values (the response runs in the setup's namespace and could
+    rebind NAME, or forge what it reports). A mutable value the setup's own code uses is left out."""
+    fns = {name: MATH[name] for name in known if name in MATH}
+    once, shared, bound = _once_bound(tree), _escaping(tree), bound_names(ast.unparse(tree))
+    env: dict = {}
+    for node in tree.body:
+        bind_constant(node, env, fns, bound - set(env), once - set(known), shared)
+    return env
+
+
+def bind_constant(node: ast.stmt, env: dict, fns: dict, child: set[str], once: set[str], shared: set[str]) -> None:
+    """Keep `NAME = <value the parent computes>` in `env` when NAME is in `once` (bound only
+    there) and its value cannot change in the child (immutable, or NAME not in `shared`: never
+    handed to the child's code)."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0], node.value
+    elif isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
+        target, value = node.target, node.value
+    else:
+        return
+    if not isinstance(target, ast.Name) or target.id not in once:
+        return
+    if _uses(value, child, {**fns, **env}) or not _supported(value, fns):
+        return
+    try:
+        v = evaluate(value, {**fns, **env}, child)
+        literal(v)
+    except Exception:  # it fails in the child as well, or is no plain value: the child's
+        return
+    if _immutable(v) or target.id not in shared:
+        env[target.id] = v
+
+
+def plan_test(source: str, i: int, child_names: set[str], known: set[str] = frozenset(),
+              constants: dict | None = None) -> tuple[list, list]:
     """(steps for the child, checks for the parent). A child step is [0, statement source, line] or
     [1, [probe source, ...], line]; checks[k] is (expression with probes as names "<p0>", ...,
     line) for the k-th step of kind 1. `child_names`: names bound outside the test (setup, entry);
-    `known`: names the setup imported from math (the parent has them too)."""
+    `known`: names the setup imported from math (the parent has them too); `constants`: the
+    setup's (setup_constants)."""
     try:
         tree = ast.parse(source, f"<test {i}>")
     except SyntaxError as e:
@@ -90,7 +128,11 @@ def plan_test(source: str, i: int, child_names: set[str], known: set[str] = froz
     mine = whitelisted_imports(tree)
     planner = _Planner(i, (child_names | bound_names(source)) - mine - (known - child_names),
                        (known | mine) - {"math"})
-    planner.block(tree.body, {})
+    planner.constants = _once_bound(tree) - child_names - mine
+    planner.shared = _escaping(tree)
+    rebound = bound_names(source)
+    planner.block(tree.body, {k: v for k, v in (constants or {}).items()
+                              if k not in rebound and (_immutable(v) or k not in planner.shared)})
     if not planner.checks:
         raise ValueError(f"tests[{i}] has no assert: nothing would decide whether it passes "
                          f"(supported forms: {FORMS})")
@@ -115,6 +157,11 @@ class _Planner:
         self.steps: list = []
         self.checks: list = []
         self.inlined: set[str] = set()
+        self.looping = 0
+        # Names the test binds once from a value the parent computes (`expected = [1, 2]`): the
+        # parent keeps that value, so a response that forges the report cannot claim it too.
+        self.constants: set[str] = set()
+        self.shared: set[str] = set()  # names the test's own code could mutate in the child
 
     def bad(self, node: ast.AST, what: str) -> ValueError:
         return ValueError(f"tests[{self.i}] line {getattr(node, 'lineno', '?')}: {what} is not supported "
@@ -129,7 +176,7 @@ class _Planner:
         for node in body:
             if isinstance(node, ast.Assert):
                 self.assertion(node, env)
-            elif isinstance(node, ast.FunctionDef) and node.name.startswith("test") and not env:
+            elif isinstance(node, ast.FunctionDef) and node.name.startswith("test") and not self.looping:
                 if node.decorator_list or _has_params(node.args):
                     raise self.bad(node, f"test function {node.name}() with parameters or decorators")
                 self.inlined.add(node.name)
@@ -143,7 +190,15 @@ class _Planner:
             elif isinstance(node, (ast.Return, ast.Yield, ast.Break, ast.Continue)):
                 raise self.bad(node, type(node).__name__.lower())
             else:
-                self.emit([0, ast.unparse(_substitute(node, env)), node.lineno])
+                compare = _direct_compare(node, self.child, {**self.fns, **env})
+                if compare is not None:
+                    raise self.bad(node, "a comparison outside an assert, made by the test process "
+                                         f"({ast.unparse(compare)[:80]!r}; compare in the assert itself)")
+                self.emit([0, ast.unparse(_Methods(COMPARING).visit(_substitute(node, env))), node.lineno])
+                self.constant(node, env)
+
+    def constant(self, node: ast.stmt, env: dict) -> None:
+        bind_constant(node, env, self.fns, self.child, self.constants, self.shared)
 
     def loop(self, node: ast.For, env: dict) -> None:
         names = _target_names(node.target)
@@ -165,14 +220,23 @@ class _Planner:
                 raise ValueError(f"tests[{self.i}] line {node.lineno}: the loop runs over "
                                  f"{type(value).__name__} values; only plain values are supported "
                                  f"(supported forms: {FORMS})") from None
+        self.looping += 1
         for value in values:
             inner = dict(env)
             _bind(node.target, value, inner, self, node)
             self.block(node.body, inner)
+        self.looping -= 1
 
     def assertion(self, node: ast.Assert, env: dict) -> None:
         probes: list[str] = []
         expr = self.split(node.test, env, probes)
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Compare):
+                sides = [n.left, *n.comparators]
+                for k, op in enumerate(n.ops):
+                    if isinstance(op, (ast.Is, ast.IsNot)) and not (_singleton(sides[k]) or _singleton(sides[k + 1])):
+                        raise self.bad(node, "`is` between values (the parent sees copies: "
+                                             "only `is None`, `is True`, `is False` or classes)")
         self.emit([1, probes, node.lineno])
         self.checks.append((expr, node.lineno, self.fns))
 
@@ -187,8 +251,90 @@ class _Planner:
         if any(isinstance(n, ast.Compare) for n in ast.walk(node)):
             raise self.bad(node, "a comparison inside an expression only the test process can "
                                  f"evaluate ({ast.unparse(node)[:80]!r})")
-        probes.append(ast.unparse(_substitute(node, env)))
+        probes.append(ast.unparse(_Methods().visit(_substitute(node, env))))
         return ast.Name(f"<p{len(probes) - 1}>", ast.Load())
+
+
+def _once_bound(tree: ast.Module) -> set[str]:
+    """Names bound exactly once in the test, and not as a parameter, global or import anywhere."""
+    counts: dict[str, int] = {}
+    for n in ast.walk(tree):
+        names = []
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names = [n.id]
+        elif isinstance(n, ast.arg):
+            names = [n.arg, n.arg]
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [n.name]
+        elif isinstance(n, ast.alias):
+            names = [(n.asname or n.name).split(".")[0]] * 2
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            names = list(n.names) * 2
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names = [n.name, n.name]
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            names = [n.name, n.name]
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            names = [n.rest, n.rest]
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return {name for name, c in counts.items() if c == 1}
+
+
+def _escaping(tree: ast.Module) -> set[str]:
+    """Names the test's code could mutate in the child: used outside an assert (but as a for
+    loop's iterable, which the parent evaluates), or inside an assert under a call of the child's
+    code, an attribute, a lambda or a comprehension."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST, exposed: bool) -> None:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and exposed:
+            out.add(node.id)
+        if isinstance(node, ast.Assert):
+            exposed = False
+        elif isinstance(node, ast.For):
+            visit(node.iter, exposed and not isinstance(node.iter, ast.Name))
+            for part in (node.target, *node.body, *node.orelse):
+                visit(part, exposed)
+            return
+        elif isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+            exposed = True
+        elif isinstance(node, (ast.Attribute, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                               ast.GeneratorExp, ast.NamedExpr)):
+            exposed = True
+        for child in ast.iter_child_nodes(node):
+            visit(child, exposed)
+
+    visit(tree, True)
+    return out
+
+
+def _immutable(v) -> bool:
+    if type(v) in (tuple, frozenset):
+        return all(_immutable(x) for x in v)
+    return type(v) in (int, float, bool, str, bytes, complex, type(None))
+
+
+def _direct_compare(node: ast.stmt, child: set[str], env: dict) -> ast.Compare | None:
+    """A comparison in a test statement (not in a function, lambda or comprehension it defines)
+    over values of the test process: `ok = add(1, 2) == 3` then `assert ok` would let a custom
+    `__eq__` decide. Those nested bodies run in the test process too (see docs/security.md)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Compare) and _uses(n, child, env):
+            return n
+        todo.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, (
+            ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+            ast.DictComp, ast.GeneratorExp)))
+    return None
+
+
+def _singleton(node: ast.expr) -> bool:
+    """An operand whose identity the parent can judge: None, True, False, a class."""
+    return (isinstance(node, ast.Constant) and (node.value is None or type(node.value) is bool)
+            or isinstance(node, ast.Name) and node.id in TYPES
+            or isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type")
 
 
 def _has_params(a: ast.arguments) -> bool:
@@ -307,6 +453,33 @@ def _copy_with(node: ast.expr, part) -> ast.expr | None:
     if isinstance(node, ast.IfExp):
         return ast.IfExp(part(node.test), part(node.body), part(node.orelse))
     return None
+
+
+METHOD = "__coevo_method"  # the harness's function a probe's method calls go through
+COMPARING = frozenset((
+    "count", "index", "get", "issubset", "issuperset", "isdisjoint", "countOf", "indexOf", "contains",
+    "eq", "ne", "lt", "le", "gt", "ge", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__contains__"))
+
+
+class _Methods(ast.NodeTransformer):
+    """`r.m(a, k=b)` -> `__coevo_method(r, "m", a, k=b)`: the child then refuses a builtin
+    container holding a custom object, or a custom argument to a builtin or module function
+    (`[E()].count(3)`, `{3: 1}.get(E())`, `operator.eq(E(), 3)` would compare in the child, where
+    a custom `__eq__` or `__hash__` decides). Methods of the response's own objects still run.
+    In the test's own statements (`r = result.count(3)`), only `names` (the methods whose plain
+    result comes from comparing): a list there may well hold the response's objects."""
+
+    def __init__(self, names: frozenset | None = None):
+        self.names = names
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Attribute) and (self.names is None or node.func.attr in self.names):
+            return ast.copy_location(ast.Call(ast.Name(METHOD, ast.Load()),
+                                              [node.func.value, ast.Constant(node.func.attr), *node.args],
+                                              node.keywords), node)
+        return node
 
 
 class _Sub(ast.NodeTransformer):
@@ -451,6 +624,14 @@ def _call(fn, name: str, args: list, kwargs: dict):
         raise OverflowError("exponent too large")
     if name in ("factorial", "comb", "perm") and any(type(a) is int and a > 10_000 for a in args):
         raise OverflowError(f"math.{name} argument too large")
+    if name == "prod" and args and type(args[0]) in (list, tuple, set, frozenset) and sum(
+            x.bit_length() for x in args[0] if type(x) is int) > MAX_INT_BITS:
+        raise OverflowError("a product that large is refused")  # 45,000 32-bit ints: 11 s
+    if name == "round" and len(args) == 2 and type(args[1]) is int and abs(args[1]) > 10_000:
+        raise OverflowError("round() to that many digits is refused")
+    if name in ("set", "frozenset", "dict") and args and type(args[0]) in (list, tuple, set, frozenset, dict):
+        few_collisions(args[0] if name != "dict" or type(args[0]) is dict
+                       else [p[0] for p in args[0] if type(p) in (list, tuple) and len(p) == 2])
     out = fn(*args, **kwargs)
     if name == "reversed":
         out = list(out)
@@ -479,8 +660,10 @@ def _binop(op: ast.operator, a, b):
 def _compare(op: ast.cmpop, a, b) -> bool:
     import operator as o
 
-    if isinstance(op, ast.Is):
-        return a is b if b is None or a is None or type(b) is bool else a == b and type(a) is type(b)
+    if isinstance(op, ast.Is):  # reported values are copies: identity only of singletons and classes
+        if a is None or b is None or type(a) is bool or type(b) is bool or (isinstance(a, type) and isinstance(b, type)):
+            return a is b
+        raise TypeError("identity of two values is not known to the parent")
     if isinstance(op, ast.IsNot):
         return not _compare(ast.Is(), a, b)
     fns = {ast.Eq: o.eq, ast.NotEq: o.ne, ast.Lt: o.lt, ast.LtE: o.le, ast.Gt: o.gt, ast.GtE: o.ge,
@@ -516,17 +699,33 @@ def decode(tagged, budget: list[int] | None = None, depth: int = 0):
             return bytes.fromhex(x)
         if tag in ("l", "t", "S", "F") and type(x) is list:
             items = [decode(e, budget, depth + 1) for e in x]
+            if tag in ("S", "F"):
+                few_collisions(items)
             return {"l": list, "t": tuple, "S": set, "F": frozenset}[tag](items)
         if tag == "d" and type(x) is list:
-            out = {}
+            pairs = []
             for pair in x:
                 if type(pair) is not list or len(pair) != 2:
                     raise NotPlain("malformed dict")
-                out[decode(pair[0], budget, depth + 1)] = decode(pair[1], budget, depth + 1)
-            return out
+                pairs.append((decode(pair[0], budget, depth + 1), decode(pair[1], budget, depth + 1)))
+            few_collisions([k for k, _ in pairs])
+            return dict(pairs)
     except (ValueError, TypeError, OverflowError):
         pass
     raise NotPlain("malformed")
+
+
+def few_collisions(items) -> None:
+    """OverflowError (NotPlain when decoding) when more than MAX_SAME_HASH distinct-or-not items
+    share a hash: int, float and tuple hashes are predictable (k * (2**61 - 1) all hash to 0), and
+    a set or dict of n colliding keys costs n**2 comparisons, tens of seconds of the parent's CPU
+    for one 1 MB report. Equal items count too: a set the child reported has none."""
+    seen: dict[int, int] = {}
+    for item in items:
+        h = hash(item)  # TypeError for an unhashable item, as building the set would raise
+        seen[h] = seen.get(h, 0) + 1
+        if seen[h] > MAX_SAME_HASH:
+            raise OverflowError(f"more than {MAX_SAME_HASH} elements share a hash")
 
 
 def exception_name(name) -> str:

@@ -13,8 +13,9 @@ Layers (names as `missing` and `allow_missing_layers` spell them):
 - `landlock_tcp` (ABI >= 4): no TCP bind or connect;
 - `landlock_signals` (ABI >= 6): no signals to, and no abstract unix sockets of, processes
   outside the test (so not the worker that runs it);
-- `seccomp`: socket() for AF_UNIX only (no IPv4/IPv6 of any kind, no packet or netlink sockets),
-  no io_uring, no system calls of another ABI (x86_64, aarch64).
+- `seccomp`: no socket() at all (no IPv4/IPv6, packet or netlink sockets, and no unix socket
+  that could connect() to a path outside: Landlock does not check that), no io_uring, no
+  unshare() (user namespaces), no system calls of another ABI (x86_64, aarch64).
 Always: no_new_privs, RLIMIT_AS/CPU/FSIZE/NOFILE/NPROC=0/CORE=0, PR_SET_PDEATHSIG.
 
 `check(python)` starts one test process with every layer, verifies each from outside
@@ -36,10 +37,13 @@ from actors.rewards import limits
 LAYERS = ("capabilities", "landlock_fs", "landlock_tcp", "landlock_signals", "seccomp")
 ALLOW_ENV = "COEVO_CODE_TESTS_ALLOW_MISSING_LAYERS"  # comma-separated layer names, or "landlock"
 
-# seccomp-BPF: socket() only for AF_UNIX (no IPv4/IPv6/packet/netlink sockets: UDP too, which
-# Landlock does not cover), no io_uring (it could open sockets around the filter), and no system
-# calls of another ABI (x32, i386). struct seccomp_data: nr at 0, arch at 4, args[0] at 16.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+# seccomp-BPF: no socket() of any family (UDP, raw and netlink, which Landlock does not cover; and
+# AF_UNIX too: connect() to a pathname socket such as Ray's raylet under /tmp/ray is not a Landlock
+# file access, so only refusing the socket stops it), no io_uring (it could open sockets around
+# the filter), no unshare() (a new user namespace gives the test process every capability in it:
+# kernel attack surface it has no use for), and no system calls of another ABI (x32, i386).
+# struct seccomp_data: nr at 0, arch at 4. socketpair() stays: an unnamed pair reaches nothing.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 425, 272), "aarch64": (0xC00000B7, 198, 425, 97)}
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
@@ -47,14 +51,14 @@ def seccomp_program() -> list[tuple[int, int, int, int]] | None:
     arch = _SECCOMP_ARCH.get(os.uname().machine)
     if arch is None:
         return None
-    audit_arch, nr_socket, nr_io_uring = arch
+    audit_arch, nr_socket, nr_io_uring, nr_unshare = arch
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
     return [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, deny),        # 0-2: arch
-            (ld, 0, 0, 0), (jge, 5, 0, 0x40000000),                            # 3-4: x32 calls
-            (jeq, 1, 0, nr_socket), (jeq, 3, 2, nr_io_uring),                  # 5-6
-            (ld, 0, 0, 16), (jeq, 0, 1, 1),                                    # 7-8: AF_UNIX only
-            (ret, 0, 0, allow), (ret, 0, 0, deny)]                             # 9-10
+            (ld, 0, 0, 0), (jge, 4, 0, 0x40000000),                            # 3-4: x32 calls
+            (jeq, 3, 0, nr_socket), (jeq, 2, 0, nr_io_uring),                  # 5-6
+            (jeq, 1, 0, nr_unshare),                                           # 7
+            (ret, 0, 0, allow), (ret, 0, 0, deny)]                             # 8-9
 
 
 def _seccomp_no_inet() -> None:
@@ -198,7 +202,8 @@ sys.stdin.read()
 print(json.dumps({"read": refused(lambda: os.listdir("/")) and refused(lambda: open("/proc/self/status").close()),
                   "write": refused(lambda: open("/dev/zero", "wb").close()),
                   "signals": refused(lambda: os.kill(os.getppid(), 0)),
-                  "seccomp": refused(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close())}))
+                  "seccomp": refused(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close())
+                             and refused(lambda: socket.socket(socket.AF_UNIX).close())}))
 '''
 
 
