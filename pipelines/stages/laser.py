@@ -18,7 +18,8 @@ import pyarrow as pa
 from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
-from orchestrator.warmup import fmt, save_stage, stage_path, stop_if_requested
+from orchestrator.stage_cache import fmt, save_stage, stage_path
+from orchestrator.stages import Stage, stop_if_requested
 
 MARKER = "laser_warmup.json"
 _EVAL_SEQ = -3_000_000  # request numbers of the warm-up's own samples, apart from the run's
@@ -28,6 +29,20 @@ def cache_path(config, source: str | None) -> Path:
     laser = config.laser.model_dump(include={k for k in config.laser.model_dump() if k.startswith("warmup")}
                                     | {"token", "beta", "c"})
     return stage_path(config, "laser", source, config.label_source(config.laser), {"laser": laser})
+
+
+class LaserWarmup(Stage):
+    """Fine-tunes the previous stage's policy (`sources.policy`); cached under a key that holds it."""
+    name, label, marker = "laser_warmup", "self-verification warm-up", MARKER
+
+    def enabled(self, config, recipe) -> bool:
+        return bool(config.laser_rewards() and config.laser.warmup_steps)
+
+    def cache_path(self, config, sources) -> Path:
+        return cache_path(config, sources.policy)
+
+    async def train(self, ctx, out_dir: Path, sources) -> dict:
+        return await warm_up(ctx, out_dir)
 
 
 def pair_indices(label: np.ndarray, groups: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -18,13 +18,28 @@ from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
-from orchestrator.warmup import fmt, save_stage, stage_path, stop_if_requested
+from orchestrator.stage_cache import fmt, save_stage, stage_path
+from orchestrator.stages import Stage, stop_if_requested
 
 MARKER = "judge_warmup.json"
 
 
 def cache_path(config, source: str | None) -> Path:
     return stage_path(config, "judges", source, config.accuracy_source(), {"judge": config.judge.model_dump()})
+
+
+class JudgeWarmup(Stage):
+    """Fine-tunes the previous stage's policy (`sources.policy`); cached under a key that holds it."""
+    name, label, marker = "judge_warmup", "judging warm-up", MARKER
+
+    def enabled(self, config, recipe) -> bool:
+        return bool(config.judge_rewards() and config.judge.warmup_steps)
+
+    def cache_path(self, config, sources) -> Path:
+        return cache_path(config, sources.policy)
+
+    async def train(self, ctx, out_dir: Path, sources) -> dict:
+        return await warm_up(ctx, out_dir)
 
 
 def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
