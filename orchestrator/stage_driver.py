@@ -55,14 +55,14 @@ class StageDriver:
         run, cfg = self.run, self.run.config
         missing = [r for r in roles if r not in self.pools]
         if missing:
-            if "policy_learner" not in self.pools:  # a clear shortage message, not actors that never start
-                cluster.check_resources(cfg, run.recipe.roles(cfg, sources), self.local)
             mine = run.recipe.roles(cfg, Sources(policy=sources.policy))
             stand_ins = run.recipe.stage_roles(cfg, Sources(policy=sources.policy))
             lacking = [r for r in missing if r not in mine and r not in stand_ins]
             if lacking:
                 raise ValueError(f"recipe {cfg.recipe!r}: a stage needs the roles {lacking}, which neither its "
                                  f"roles nor its stage_roles() declare")
+            if "policy_learner" not in self.pools:  # a clear shortage message, not actors that never start
+                cluster.check_resources(cfg, run.recipe.roles(cfg, sources), self.local)
             self.pools.update(build_pools({r: mine.get(r, stand_ins.get(r)) for r in missing}, cfg))
             self.temporary |= {r for r in missing if r not in mine}
             await ready(self.pools)
