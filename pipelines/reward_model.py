@@ -13,6 +13,7 @@ import asyncio
 
 from orchestrator.pair_source import PairSource, load_pair_splits
 from orchestrator.recipes import Recipe, Sources
+from orchestrator.reward_health import health_info
 from orchestrator.roles import RoleSpec
 
 

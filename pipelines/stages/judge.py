@@ -19,27 +19,14 @@ from orchestrator.channels import Channel
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
 from orchestrator.stage_cache import fmt, save_stage, stage_path
-from orchestrator.stages import Stage, stop_if_requested
+from orchestrator.stages import stop_if_requested
+from pipelines.stages import PolicyWarmup
 
 MARKER = "judge_warmup.json"
 
 
 def cache_path(config, source: str | None) -> Path:
     return stage_path(config, "judges", source, config.accuracy_source(), {"judge": config.judge.model_dump()})
-
-
-class JudgeWarmup(Stage):
-    """Fine-tunes the previous stage's policy (`sources.policy`); cached under a key that holds it."""
-    name, label, marker = "judge_warmup", "judging warm-up", MARKER
-
-    def enabled(self, config, recipe) -> bool:
-        return bool(config.judge_rewards() and config.judge.warmup_steps)
-
-    def cache_path(self, config, sources) -> Path:
-        return cache_path(config, sources.policy)
-
-    async def train(self, ctx, out_dir: Path, sources) -> dict:
-        return await warm_up(ctx, out_dir)
 
 
 def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
@@ -130,3 +117,11 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                        f"{fmt(auc_after)} after {steps} steps (on the fine-tuned policy's own samples: "
                        f"{own:.3f}, AUROC {fmt(auc_own)}); held-out task accuracy {accuracy:.3f}")
     return await save_stage(learner, out_dir, MARKER, info)
+
+
+class JudgeWarmup(PolicyWarmup):
+    name, label, marker = "judge_warmup", "judging warm-up", MARKER
+    key, work = staticmethod(cache_path), staticmethod(warm_up)
+
+    def enabled(self, config, recipe) -> bool:
+        return bool(config.judge_rewards() and config.judge.warmup_steps)

@@ -19,7 +19,8 @@ from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
 from orchestrator.stage_cache import fmt, save_stage, stage_path
-from orchestrator.stages import Stage, stop_if_requested
+from orchestrator.stages import stop_if_requested
+from pipelines.stages import PolicyWarmup
 
 MARKER = "laser_warmup.json"
 _EVAL_SEQ = -3_000_000  # request numbers of the warm-up's own samples, apart from the run's
@@ -29,20 +30,6 @@ def cache_path(config, source: str | None) -> Path:
     laser = config.laser.model_dump(include={k for k in config.laser.model_dump() if k.startswith("warmup")}
                                     | {"token", "beta", "c"})
     return stage_path(config, "laser", source, config.label_source(config.laser), {"laser": laser})
-
-
-class LaserWarmup(Stage):
-    """Fine-tunes the previous stage's policy (`sources.policy`); cached under a key that holds it."""
-    name, label, marker = "laser_warmup", "self-verification warm-up", MARKER
-
-    def enabled(self, config, recipe) -> bool:
-        return bool(config.laser_rewards() and config.laser.warmup_steps)
-
-    def cache_path(self, config, sources) -> Path:
-        return cache_path(config, sources.policy)
-
-    async def train(self, ctx, out_dir: Path, sources) -> dict:
-        return await warm_up(ctx, out_dir)
 
 
 def pair_indices(label: np.ndarray, groups: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -131,3 +118,11 @@ def _quality(q: dict) -> str:
     n = key.removeprefix("eval/best_of_").removesuffix("_accuracy")
     return (f"AUROC {fmt(q['eval/self_reward_auroc'])}, pairs ordered {fmt(q['eval/self_reward_pairs_ordered'])}, "
             f"best-of-{n} {best:.3f} vs random pick {q['eval/random_pick_accuracy']:.3f}")
+
+
+class LaserWarmup(PolicyWarmup):
+    name, label, marker = "laser_warmup", "self-verification warm-up", MARKER
+    key, work = staticmethod(cache_path), staticmethod(warm_up)
+
+    def enabled(self, config, recipe) -> bool:
+        return bool(config.laser_rewards() and config.laser.warmup_steps)
