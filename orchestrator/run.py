@@ -62,6 +62,7 @@ class Run:
         self.recipe = RECIPES.get(config.recipe)()
         self.progress = RunProgress()
         self.ctx: RunContext | None = None
+        self.nested: list[Run] = []  # runs a stage runs inside this one (an auto reward model's)
 
     # ---- sources ------------------------------------------------------------------------------------
     def _learner_roles(self) -> list[str]:
@@ -211,6 +212,16 @@ class Run:
     _policy_source: str | None = None
     _pending_stop: str | None = None
 
+    def request_stop(self, signame: str) -> None:
+        """Stop after this step (or a stage's block), here and in a run nested in a stage."""
+        self._pending_stop = signame
+        if self.ctx is not None:
+            self.ctx.stop_requested = signame
+            if self.ctx.rollouts is not None:
+                self.ctx.rollouts.interrupt()
+        for sub in self.nested:
+            sub.request_stop(signame)
+
     def _install_signals(self) -> None:
         """SIGINT (Ctrl-C) and SIGTERM (`ray job stop`): finish the current step, checkpoint, say how
         to resume, exit. A second signal stops at once."""
@@ -219,11 +230,7 @@ class Run:
         def handler(signame: str) -> None:
             if self._pending_stop or (self.ctx and self.ctx.stop_requested):
                 os._exit(128 + getattr(signal, signame))
-            self._pending_stop = signame
-            if self.ctx is not None:
-                self.ctx.stop_requested = signame
-                if self.ctx.rollouts is not None:
-                    self.ctx.rollouts.interrupt()
+            self.request_stop(signame)
             self.progress.print(f"\n{signame}: stopping after this step, with a checkpoint once training has "
                                 "started (again to stop at once)")
 

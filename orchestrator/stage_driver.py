@@ -68,6 +68,6 @@ class StageDriver:
             await ready(self.pools)
         ctx = run.ctx = RunContext(config=cfg, run_dir=run.run_dir, prompts=self.prompts,
                                    sampler=PromptSampler(self.prompts.train, cfg.seed), pools=dict(self.pools),
-                                   metrics=None, progress=run.progress)
+                                   metrics=None, progress=run.progress, run=run)
         ctx.stop_requested = run._pending_stop
         return ctx

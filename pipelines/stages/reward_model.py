@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.config import Config, ConfigError
 from orchestrator.stage_cache import cache_key
-from orchestrator.stages import Stage
+from orchestrator.stages import Stage, Stopped
 
 MARKER = "reward_warmup.json"
 
@@ -72,8 +72,15 @@ class RewardModels(Stage):
         if out_dir.exists():
             shutil.rmtree(out_dir)
         sub = Run(warmup_config(cfg), out_dir / "run", resume=False)
-        sub.progress = ctx.progress
-        summary = await sub.main(nested=True)
+        sub.progress, sub._pending_stop = ctx.progress, ctx.stop_requested
+        ctx.run.nested.append(sub)  # a Ctrl-C reaches it
+        try:
+            summary = await sub.main(nested=True)
+        finally:
+            ctx.run.nested.remove(sub)
+        if summary["stopped_by"]:  # a partly trained reward model is no cache entry
+            raise Stopped(summary["stopped_by"], f"stopped by {summary['stopped_by']} during the reward-model "
+                          f"warm-up, at step {summary['steps']}; nothing was saved (a new run starts it again)")
         shutil.copytree(Path(summary["final_checkpoint"]) / "rm_learner", out_dir, dirs_exist_ok=True)
         (out_dir / MARKER).write_text(json.dumps(summary, indent=1))
         return summary
