@@ -23,6 +23,8 @@ VERSION_KEY = b"coevo.schema_version"
 REWARD_PREFIX = "reward."
 REWARD_ERROR_PREFIX = "reward_error."
 FINISH_REASONS = ("stop", "length", "error")
+# an actor's info key for what a batch adds to statistics the driver holds (orchestrator.held_state)
+DELTA_KEY = "state_delta"  # {"batch": str | None, "state": the actor's delta}
 
 # Columns every rollout batch has, with their types. Later stages add the optional ones.
 CORE_FIELDS: dict[str, pa.DataType] = {

@@ -50,3 +50,15 @@ def import_path(path: str, what: str = "object") -> Any:
         return getattr(module, attr)
     except AttributeError:
         raise ImportError(f"module {module_name!r} has no attribute {attr!r} (from {what} {path!r})") from None
+
+
+class LazyRegistry(Registry):
+    """Registry whose built-in entries may be `module:attr` strings, imported on first use (so the
+    registry's module need not import the packages that hold them)."""
+
+    def get(self, name: str) -> Any:
+        item = super().get(name)
+        if isinstance(item, str):
+            item = import_path(item, what=f"{self.kind} {name!r}")
+            self._items[name] = item
+        return item

@@ -20,7 +20,6 @@ import ray
 from actors import batch as B
 from actors.rewards.aggregate import TOKEN_REWARD_PREFIX
 from actors.rewards.process import split_steps, step_rewards_row, token_positions
-from orchestrator.held_state import DELTA_KEY
 
 # Columns a reward function does not get: prompt, response and dataset columns pass through.
 NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "response"}
@@ -63,7 +62,7 @@ class Verifier:
     def _score(self, table: pa.Table, held: dict | None = None) -> tuple[pa.Table, dict]:
         """Append `reward.<source>` and `reward_error.<source>` for every fn source. `held`: the
         driver's merged statistics (orchestrator.held_state); then this replica keeps none and
-        info[DELTA_KEY] carries what the batch adds."""
+        info[B.DELTA_KEY] carries what the batch adds."""
         B.validate(table)
         start = time.perf_counter()
         columns = [n for n in table.schema.names
@@ -145,7 +144,7 @@ class Verifier:
             info[f"first_error/{spec.name}"] = next((e for e in errors[spec.name] if e is not None), None)
         table, delta = self._scored_details(table, slots, results, held)  # reasons, VeRPO weights: see below
         if held is not None:
-            info[DELTA_KEY] = delta
+            info[B.DELTA_KEY] = delta
         info["busy_s"] = time.perf_counter() - start
         return B.with_version(table), info
 
@@ -182,8 +181,8 @@ class Verifier:
         column = scored.column(B.REWARD_PREFIX + self.accuracy_source).fill_null(self.on_error)
         out = {"accuracy": float(np.mean(column.to_numpy())), "samples": scored.num_rows,
                **B.reward_error_counts(scored)}
-        if DELTA_KEY in info:
-            out[DELTA_KEY] = info[DELTA_KEY]
+        if B.DELTA_KEY in info:
+            out[B.DELTA_KEY] = info[B.DELTA_KEY]
         return out
 
     @staticmethod

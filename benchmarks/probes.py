@@ -154,7 +154,7 @@ def laser_align(args) -> None:
     from orchestrator.config import load_config
     from orchestrator.data import load_prompts
     from orchestrator.evaluation import rank_quality
-    from orchestrator.laser_warmup import pair_indices
+    from pipelines.stages.laser import pair_indices
 
     cfg = load_config("laser", [f"laser.beta={args.beta}", f"seed={args.seed}"])
     prompts = load_prompts(cfg.data, cfg.seed)

@@ -95,7 +95,7 @@ def warm_checkpoint(explicit: str | None, work: Path, warmup_target: float | Non
         meta = path / "warmup.json"
         return path, json.loads(meta.read_text()) if meta.is_file() else {}
     from orchestrator.config import load_config
-    from orchestrator.warmup import cache_path, cached
+    from pipelines.stages.sft import cache_path, cached
 
     overrides = [] if warmup_target is None else [f"warmup.target_accuracy={warmup_target}"]
     config = load_config(None, overrides)

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from orchestrator.errors import actor_error_message
     from orchestrator.run import run
-    from orchestrator.warmup import Stopped
+    from orchestrator.stages import Stopped
 
     try:
         summary = run(config, resume=args.resume)

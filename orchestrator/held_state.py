@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import ray
 
-DELTA_KEY = "state_delta"  # {"batch": str | None, "state": the actor's delta}
+from actors.batch import DELTA_KEY  # noqa: F401  (re-exported: the pools read it here)
+
 SEEN_LIMIT = 100_000  # batch keys remembered (oldest dropped): far more than a checkpoint's pieces
 
 

@@ -44,6 +44,7 @@ class RunContext:
     rollouts: Any = None  # the recipe's batch source (orchestrator.rollouts.Rollouts for RL)
     versions: dict[str, int] = field(default_factory=dict)  # learner role -> its latest version
     stage_seconds: dict = field(default_factory=dict)  # batch-stage scoring time per source, this step
+    run: Any = None  # the orchestrator.run.Run a stage's context belongs to (a stage may nest a run in it)
 
     def elapsed(self) -> float:
         return self.offset_s + time.perf_counter() - self.started

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from actors.registry import Registry
+from actors.registry import LazyRegistry
+from orchestrator.roles import RoleSpec
 
 BUILT_IN = {
     "grpo": "pipelines.grpo:GRPO",
@@ -21,21 +22,20 @@ BUILT_IN = {
 }
 
 
-class _Lazy(Registry):
-    """Registry whose built-in entries are import paths, imported on first use."""
-
-    def get(self, name: str):
-        item = super().get(name)
-        if isinstance(item, str):
-            from actors.registry import import_path
-            item = import_path(item, what=f"recipe {name!r}")
-            self._items[name] = item
-        return item
-
-
-RECIPES = _Lazy("recipe")
+RECIPES = LazyRegistry("recipe")
 for _name, _path in BUILT_IN.items():
     RECIPES.register(_name)(_path)
+
+
+def policy_roles(sources: "Sources") -> dict[str, RoleSpec]:
+    """The generator, verifier and policy learner of a policy-gradient recipe: GRPO's roles, and
+    what a stage borrows where a recipe lacks one of them (`Recipe.stage_roles`)."""
+    return {
+        "generator": RoleSpec("actors.generator:Generator", (sources.policy,), kind="generator", num_cpus=1),
+        "verifier": RoleSpec("actors.verifier:Verifier", kind="verifier", num_cpus=0),
+        "policy_learner": RoleSpec("actors.learner:Learner", (sources.learners.get("policy_learner", sources.policy),),
+                                   kind="learner", num_cpus=1),
+    }
 
 
 @dataclass
@@ -71,6 +71,18 @@ class Recipe:
         """Whether an actor starts from the warm policy (so the SFT warm-up runs first)."""
         names = cls.role_names(config)
         return "generator" in names or "policy_learner" in names
+
+    @classmethod
+    def stages(cls, config) -> list:
+        """What runs before the loop, in order (orchestrator.stages); each runs only if it is enabled
+        for this config. Default: the reward-model, SFT, judging and self-verification warm-ups."""
+        from orchestrator.stages import DEFAULT, STAGES
+        return [STAGES.get(name)() for name in DEFAULT]
+
+    @classmethod
+    def stage_roles(cls, config, sources: Sources) -> dict:
+        """Roles a stage borrows where the recipe has none of that name (temporary pools)."""
+        return policy_roles(sources)
 
     def channels(self, ctx) -> dict:
         return {}

@@ -358,3 +358,20 @@ def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
 def build_pools(recipe_roles: dict[str, RoleSpec], config) -> dict[str, Pool]:
     return {name: Pool(name, resolve(spec, config.roles.get(name), config), config)
             for name, spec in recipe_roles.items()}
+
+
+async def ready(pools: dict) -> None:
+    """Every replica constructed; a constructor that fails is reported by role."""
+    try:
+        await asyncio.gather(*[p.ready() for p in pools.values()])
+    except ray.exceptions.RayActorError as e:
+        raise RoleError(startup_error(e)) from None
+
+
+def startup_error(e: BaseException) -> str:
+    import re
+
+    text = str(e)
+    init = re.search(r"ray::(\w+)\.__init__", text) or re.search(r"class_name: (\w+)", text)
+    cause = text.strip().splitlines()[-1]
+    return f"the {init.group(1) if init else 'an'} actor failed to start: {cause}"

@@ -1,4 +1,4 @@
-"""One training run: the run directory, Ray, data, roles, warm-ups, the loop, checkpoints, signals."""
+"""One training run: the run directory, Ray, data, roles, stages (warm-ups), the loop, checkpoints, signals."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import ray
 
 from orchestrator import checkpoint as ckpt
 from orchestrator import cluster, frozen
@@ -21,8 +20,8 @@ from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
-from orchestrator.roles import RoleError, build_pools
-from orchestrator.warmup import cached, cached_stage, warm_up
+from orchestrator.roles import build_pools, ready
+from orchestrator.stage_driver import StageDriver
 
 
 def in_ray_job() -> bool:
@@ -59,6 +58,7 @@ class Run:
         self.recipe = RECIPES.get(config.recipe)()
         self.progress = RunProgress()
         self.ctx: RunContext | None = None
+        self.nested: list[Run] = []  # runs a stage runs inside this one (an auto reward model's)
 
     # ---- sources ------------------------------------------------------------------------------------
     def _learner_roles(self) -> list[str]:
@@ -79,9 +79,6 @@ class Run:
         src.policy = src.learners.get("policy_learner") or src.policy
         return src
 
-    def _uses_policy(self) -> bool:
-        return self.recipe.needs_warm_policy(self.config)
-
     # ---- the run ------------------------------------------------------------------------------------
     async def main(self, nested: bool = False) -> dict:
         """The whole run. `nested`: a run inside another (a reward-model warm-up) on its Ray."""
@@ -98,43 +95,12 @@ class Run:
         warm_info: dict = {}
         t_warm = time.perf_counter()
         pools: dict = {}
-        if self.resume_from is not None:
+        if self.resume_from is not None:  # every stage finished before the checkpoint
             sources = self._resumed_sources()
         else:
-            from orchestrator.reward_warmup import resolve_reward_models
             sources = Sources()
-            await resolve_reward_models(self, sources)
-            if self._uses_policy() and cfg.warmup.enabled:
-                warm, warm_info = cached(cfg)
-                sources.policy = str(warm) if warm else None
-                if warm:
-                    self.progress.print(f"warm-up: using cached model {warm} "
-                                        f"(accuracy {warm_info['warmup/accuracy']:.3f})")
-                else:
-                    cluster.check_resources(cfg, self.recipe.roles(cfg, sources), local)
-                    pools, warm_ctx = await self._warm_pools(prompts, sources.policy)
-                    info = await warm_up(warm_ctx, self.run_dir / "warmup")
-                    sources.policy, warm_info = info.pop("path"), info
-            for name, label, stage in _policy_warmups(cfg):  # each fine-tunes the previous one's model
-                path = stage.cache_path(cfg, sources.policy)
-                info = cached_stage(path, stage.MARKER, cfg)
-                if info is None:
-                    if "policy_learner" not in pools:  # a clear shortage message, not actors that never start
-                        cluster.check_resources(cfg, self.recipe.roles(cfg, sources), local)
-                    pools, warm_ctx = await self._warm_pools(prompts, sources.policy, pools)
-                    path = path if cfg.warmup.cache else self.run_dir / name
-                    info = await stage.warm_up(warm_ctx, path)
-                else:
-                    after = {k.split("/", 1)[1]: v for k, v in info.items() if v is not None and k.split("/", 1)[1] in
-                             ("accuracy_after", "auroc_after", "self_reward_auroc_after", "best_of_n_gain_after")}
-                    self.progress.print(f"{label}: using cached model {path} ("
-                                        + ", ".join(f"{k} {v:.3f}" for k, v in sorted(after.items())) + ")")
-                    for role in ("generator", "policy_learner"):  # they hold an earlier stage's weights
-                        if role in pools:
-                            pools.pop(role).shutdown()
-                sources.policy = str(path)
-                warm_info.update(info)
-            pools = self._drop_temporary(pools)
+            pools, warm_info = await StageDriver(self, prompts, local).run_all(sources)
+            self._reward_model_sources = dict(sources.reward_models)
         if not nested and self._frozen is None:  # the run's own copies, stored in every checkpoint
             self._frozen = frozen.freeze(self.run_dir, None if self.recipe.policy else sources.policy,
                                          sources.reward_models)
@@ -151,7 +117,7 @@ class Run:
         ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts, sampler=sampler,
                                     pools=pools, metrics=metrics, progress=self.progress)
         ctx.stop_requested = self._pending_stop
-        await _ready(pools)
+        await ready(pools)
         ctx.channels = self.recipe.channels(ctx)
         if self.state:
             await self._restore(ctx)
@@ -185,31 +151,6 @@ class Run:
                    **ctx.last_eval, **ctx.rollouts.accounting(), **warm_info}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
-
-    async def _warm_pools(self, prompts, policy: str | None, pools: dict | None = None) -> tuple[dict, RunContext]:
-        """Generator, verifier and policy-learner pools for the warm-ups: the recipe's own where it
-        has those roles (they keep the warm weights and go on into the run), else temporary ones."""
-        from pipelines.grpo import GRPO
-
-        cfg = self.config
-        pools = dict(pools or {})
-        defaults = GRPO.roles(cfg, Sources(policy=policy))
-        mine = self.recipe.roles(cfg, Sources(policy=policy))
-        wanted = {r: mine.get(r, defaults[r]) for r in ("generator", "verifier", "policy_learner") if r not in pools}
-        pools.update(build_pools(wanted, cfg))
-        self._temporary = {r for r in ("generator", "verifier", "policy_learner") if r not in mine}
-        await _ready(pools)
-        ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts,
-                                    sampler=PromptSampler(prompts.train, cfg.seed), pools=pools,
-                                    metrics=None, progress=self.progress)
-        ctx.stop_requested = self._pending_stop
-        return pools, ctx
-
-    def _drop_temporary(self, pools: dict) -> dict:
-        for role in getattr(self, "_temporary", ()):
-            if role in pools:
-                pools.pop(role).shutdown()
-        return pools
 
     async def _publish_all(self, ctx: RunContext) -> None:
         for name, channel in ctx.channels.items():
@@ -267,6 +208,16 @@ class Run:
     _policy_source: str | None = None
     _pending_stop: str | None = None
 
+    def request_stop(self, signame: str) -> None:
+        """Stop after this step (or a stage's block), here and in a run nested in a stage."""
+        self._pending_stop = signame
+        if self.ctx is not None:
+            self.ctx.stop_requested = signame
+            if self.ctx.rollouts is not None:
+                self.ctx.rollouts.interrupt()
+        for sub in self.nested:
+            sub.request_stop(signame)
+
     def _install_signals(self) -> None:
         """SIGINT (Ctrl-C) and SIGTERM (`ray job stop`): finish the current step, checkpoint, say how
         to resume, exit. A second signal stops at once."""
@@ -275,46 +226,12 @@ class Run:
         def handler(signame: str) -> None:
             if self._pending_stop or (self.ctx and self.ctx.stop_requested):
                 os._exit(128 + getattr(signal, signame))
-            self._pending_stop = signame
-            if self.ctx is not None:
-                self.ctx.stop_requested = signame
-                if self.ctx.rollouts is not None:
-                    self.ctx.rollouts.interrupt()
+            self.request_stop(signame)
             self.progress.print(f"\n{signame}: stopping after this step, with a checkpoint once training has "
                                 "started (again to stop at once)")
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, handler, sig.name)
-
-
-def _policy_warmups(cfg) -> list:
-    """The warm-ups that fine-tune the warm policy further before a recipe starts, in order: (name,
-    label, module with MARKER, cache_path(cfg, source) and warm_up(ctx, out_dir) -> info)."""
-    stages = []
-    if cfg.judge_rewards() and cfg.judge.warmup_steps:
-        from orchestrator import judge_warmup
-        stages.append(("judge_warmup", "judging warm-up", judge_warmup))
-    if cfg.laser_rewards() and cfg.laser.warmup_steps:
-        from orchestrator import laser_warmup
-        stages.append(("laser_warmup", "self-verification warm-up", laser_warmup))
-    return stages
-
-
-async def _ready(pools: dict) -> None:
-    """Every replica constructed; a constructor that fails is reported by role."""
-    try:
-        await asyncio.gather(*[p.ready() for p in pools.values()])
-    except ray.exceptions.RayActorError as e:
-        raise RoleError(_startup_error(e)) from None
-
-
-def _startup_error(e: BaseException) -> str:
-    import re
-
-    text = str(e)
-    init = re.search(r"ray::(\w+)\.__init__", text) or re.search(r"class_name: (\w+)", text)
-    cause = text.strip().splitlines()[-1]
-    return f"the {init.group(1) if init else 'an'} actor failed to start: {cause}"
 
 
 def run(config: Config, resume: bool = False) -> dict:

@@ -9,7 +9,7 @@ import time
 
 from orchestrator.channels import Channel
 from orchestrator.evaluation import greedy_accuracy, judge_quality
-from orchestrator.recipes import Recipe, Sources
+from orchestrator.recipes import Recipe, Sources, policy_roles
 from orchestrator.reward_health import health_info
 from orchestrator.roles import RoleSpec
 
@@ -19,13 +19,7 @@ class GRPO(Recipe):
 
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
-        roles = {
-            "generator": RoleSpec("actors.generator:Generator", (sources.policy,), kind="generator", num_cpus=1),
-            "verifier": RoleSpec("actors.verifier:Verifier", kind="verifier", num_cpus=0),
-            "policy_learner": RoleSpec("actors.learner:Learner",
-                                       (sources.learners.get("policy_learner", sources.policy),),
-                                       kind="learner", num_cpus=1),
-        }
+        roles = policy_roles(sources)
         if config.model_rewards():
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), kind="scorer",
                                               num_cpus=0)

@@ -269,7 +269,7 @@ def test_chunks_divide_the_batch():
 def test_the_auto_reward_model_warmup_keeps_verifiers_and_drops_aggregation_naming_the_model():
     """`model: auto` trains a nested reward_model run; the run's gates name the reward model, which
     that nested run does not have (it crashed before this was dropped)."""
-    from orchestrator.reward_warmup import warmup_config
+    from pipelines.stages.reward_model import warmup_config
 
     cfg = load_config("mixed_rewards")
     sub = warmup_config(cfg)

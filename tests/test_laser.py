@@ -13,7 +13,7 @@ from actors import batch as B
 from actors.learner import Learner
 from orchestrator.config import validate_config
 from orchestrator.data import arithmetic
-from orchestrator.laser_warmup import pair_batch, pair_indices
+from pipelines.stages.laser import pair_batch, pair_indices
 from test_learner import rollout_and_score
 
 TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}

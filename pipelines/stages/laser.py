@@ -18,7 +18,9 @@ import pyarrow as pa
 from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
-from orchestrator.warmup import fmt, save_stage, stage_path, stop_if_requested
+from orchestrator.stage_cache import fmt, save_stage, stage_path
+from orchestrator.stages import stop_if_requested
+from pipelines.stages import PolicyWarmup
 
 MARKER = "laser_warmup.json"
 _EVAL_SEQ = -3_000_000  # request numbers of the warm-up's own samples, apart from the run's
@@ -116,3 +118,11 @@ def _quality(q: dict) -> str:
     n = key.removeprefix("eval/best_of_").removesuffix("_accuracy")
     return (f"AUROC {fmt(q['eval/self_reward_auroc'])}, pairs ordered {fmt(q['eval/self_reward_pairs_ordered'])}, "
             f"best-of-{n} {best:.3f} vs random pick {q['eval/random_pick_accuracy']:.3f}")
+
+
+class LaserWarmup(PolicyWarmup):
+    name, label, marker = "laser_warmup", "self-verification warm-up", MARKER
+    key, work = staticmethod(cache_path), staticmethod(warm_up)
+
+    def enabled(self, config, recipe) -> bool:
+        return bool(config.laser_rewards() and config.laser.warmup_steps)

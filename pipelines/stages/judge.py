@@ -18,7 +18,9 @@ from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
-from orchestrator.warmup import fmt, save_stage, stage_path, stop_if_requested
+from orchestrator.stage_cache import fmt, save_stage, stage_path
+from orchestrator.stages import stop_if_requested
+from pipelines.stages import PolicyWarmup
 
 MARKER = "judge_warmup.json"
 
@@ -115,3 +117,11 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                        f"{fmt(auc_after)} after {steps} steps (on the fine-tuned policy's own samples: "
                        f"{own:.3f}, AUROC {fmt(auc_own)}); held-out task accuracy {accuracy:.3f}")
     return await save_stage(learner, out_dir, MARKER, info)
+
+
+class JudgeWarmup(PolicyWarmup):
+    name, label, marker = "judge_warmup", "judging warm-up", MARKER
+    key, work = staticmethod(cache_path), staticmethod(warm_up)
+
+    def enabled(self, config, recipe) -> bool:
+        return bool(config.judge_rewards() and config.judge.warmup_steps)

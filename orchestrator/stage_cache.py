@@ -1,0 +1,52 @@
+"""Cache keys and markers of the stages (orchestrator.stages): a stage's output directory is named
+by a hash of everything that changes its result, and is a cache hit once its marker is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+
+def cache_key(config, extra: dict | None = None) -> str:
+    """Everything that changes the warm model (not where the cache lives)."""
+    key = {"model": config.model.model_dump(), "data": config.data.model_dump(exclude={"analogs"}),
+           "seed": config.seed,
+           "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
+           "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p],
+           **(extra or {})}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _stamp(path: str) -> list:
+    """An edited dataset or model directory must not reuse a stale warm model."""
+    st = Path(path).expanduser().stat()
+    return [str(Path(path).expanduser().resolve()), st.st_size, st.st_mtime_ns]
+
+
+def stage_path(config, kind: str, source: str | None, label: str | None, extra: dict) -> Path:
+    """Cache directory of a warm-up stage that fine-tunes `source` (the previous stage's model) on
+    samples labelled by the verifier source `label`: everything that changes its result is in the key."""
+    spec = next((r.model_dump() for r in config.rewards if r.name == label), None)
+    return (Path(config.warmup.cache_dir).expanduser().parent / kind /
+            cache_key(config, {"kind": kind, "source": source, "label": spec, "rollout": config.rollout.model_dump(),
+                               "verifier_fraction": config.verifier.fraction, **extra}))
+
+
+def read_marker(path: Path, marker: str) -> dict | None:
+    """The info of a finished stage whose output is at `path` (None: not there)."""
+    if (Path(path) / marker).is_file():
+        return json.loads((Path(path) / marker).read_text())
+    return None
+
+
+async def save_stage(learner, path: Path, marker: str, info: dict) -> dict:
+    """Save a warm-up stage's model where the next stage or the run loads it, and its info last (the
+    marker that makes it a cache hit)."""
+    await learner.call("save", str(path), False, table=False)
+    (Path(path) / marker).write_text(json.dumps(info))
+    return info
+
+
+def fmt(value) -> str:
+    return "-" if value is None else f"{value:.3f}"

@@ -1,0 +1,73 @@
+"""Runs a recipe's stages (orchestrator.stages) in order before its loop: a cached stage is a hit,
+a fresh one trains on pools borrowed from the recipe (or its stand-ins), and the pools that the
+recipe also has go on into the run with the warm weights."""
+
+from __future__ import annotations
+
+from orchestrator import cluster
+from orchestrator.data import PromptSampler
+from orchestrator.loop import RunContext
+from orchestrator.recipes import Sources
+from orchestrator.roles import build_pools, ready
+from orchestrator.stage_cache import read_marker
+
+_HOLDERS = ("generator", "policy_learner")  # pools that hold the policy a stage starts from
+
+
+class StageDriver:
+    """Runs a recipe's stages in order for a `Run` (orchestrator.run), borrowing pools for them."""
+
+    def __init__(self, run, prompts, local: bool):
+        self.run, self.prompts, self.local = run, prompts, local
+        self.pools: dict = {}
+        self.temporary: set[str] = set()  # borrowed pools the recipe itself has no use for
+
+    async def run_all(self, sources) -> tuple[dict, dict]:
+        """Every enabled stage; returns the pools that go on into the run, and the summary info."""
+        run, cfg = self.run, self.run.config
+        info_all: dict = {}
+        for stage in run.recipe.stages(cfg):
+            if not stage.enabled(cfg, run.recipe):
+                continue
+            path = stage.cache_path(cfg, sources)
+            info = {}
+            if path is not None:
+                info = read_marker(path, stage.marker) if stage.caching(cfg) else None
+                if info is None:
+                    ctx = await self._borrow(stage.borrows, sources)
+                    path = stage.output_dir(cfg, path, run.run_dir)
+                    info = await stage.train(ctx, path, sources)
+                else:
+                    run.progress.print(stage.cached_message(cfg, path, info))
+                    if stage.borrows:  # they hold an earlier stage's weights
+                        for role in _HOLDERS:
+                            if role in self.pools:
+                                self.pools.pop(role).shutdown()
+            info_all.update(stage.apply(cfg, sources, path, info))
+        for role in self.temporary:
+            if role in self.pools:
+                self.pools.pop(role).shutdown()
+        return self.pools, info_all
+
+    async def _borrow(self, roles: tuple[str, ...], sources) -> RunContext:
+        """Pools for a stage: the recipe's own where it has those roles (they keep the warm weights
+        and go on into the run), else the recipe's stand-ins (`Recipe.stage_roles`), temporary."""
+        run, cfg = self.run, self.run.config
+        missing = [r for r in roles if r not in self.pools]
+        if missing:
+            mine = run.recipe.roles(cfg, Sources(policy=sources.policy))
+            stand_ins = run.recipe.stage_roles(cfg, Sources(policy=sources.policy))
+            lacking = [r for r in missing if r not in mine and r not in stand_ins]
+            if lacking:
+                raise ValueError(f"recipe {cfg.recipe!r}: a stage needs the roles {lacking}, which neither its "
+                                 f"roles nor its stage_roles() declare")
+            if "policy_learner" not in self.pools:  # a clear shortage message, not actors that never start
+                cluster.check_resources(cfg, run.recipe.roles(cfg, sources), self.local)
+            self.pools.update(build_pools({r: mine.get(r, stand_ins.get(r)) for r in missing}, cfg))
+            self.temporary |= {r for r in missing if r not in mine}
+            await ready(self.pools)
+        ctx = run.ctx = RunContext(config=cfg, run_dir=run.run_dir, prompts=self.prompts,
+                                   sampler=PromptSampler(self.prompts.train, cfg.seed), pools=dict(self.pools),
+                                   metrics=None, progress=run.progress, run=run)
+        ctx.stop_requested = run._pending_stop
+        return ctx

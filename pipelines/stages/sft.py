@@ -1,0 +1,82 @@
+"""Supervised warm-up on the task's reference answers until a held-out accuracy target, cached so
+later runs with the same model, data and warm-up settings start from it at once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from orchestrator.data import PromptSampler
+from orchestrator.evaluation import greedy_accuracy
+from orchestrator.stage_cache import cache_key, read_marker, save_stage
+from orchestrator.stages import Stage, stop_if_requested
+
+MARKER = "warmup.json"
+
+
+def cache_path(config) -> Path:
+    return Path(config.warmup.cache_dir).expanduser() / cache_key(config)
+
+
+def cached(config) -> tuple[Path | None, dict]:
+    """The cached warm model and its info, if there is one (and caching is on)."""
+    path = cache_path(config)
+    info = read_marker(path, MARKER) if config.warmup.cache else None
+    return (path, info) if info is not None else (None, {})
+
+
+class SFTWarmup(Stage):
+    name, label, marker = "warmup", "warm-up", MARKER
+
+    def enabled(self, config, recipe) -> bool:
+        return recipe.needs_warm_policy(config) and config.warmup.enabled
+
+    def cache_path(self, config, sources) -> Path:
+        return cache_path(config)  # the first stage: it starts from config.model
+
+    def cached_message(self, config, path: Path, info: dict) -> str:
+        return f"warm-up: using cached model {path} (accuracy {info['warmup/accuracy']:.3f})"
+
+    async def train(self, ctx, out_dir: Path, sources) -> dict:
+        return await warm_up(ctx, out_dir)
+
+
+async def warm_up(ctx, out_dir: Path) -> dict:
+    """SFT steps in blocks of `eval_every`; stop once greedy held-out accuracy reaches the target.
+    The warm model is saved to `out_dir` (the cache, or the run directory with warmup.cache=false)."""
+    from orchestrator.channels import Channel
+
+    cfg = ctx.config.warmup
+    learner = ctx.pools["policy_learner"]
+    channel = Channel("policy", learner, [ctx.pools["generator"]])
+    # prompts and answers only: pairs (data.analogs) must not change the warm-up's batches
+    sampler = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=ctx.config.seed + 1)
+    ctx.progress.start("warm-up (SFT)", total=cfg.max_steps)
+    start, steps, accuracy, loss = time.perf_counter(), 0, 0.0, float("nan")
+    held_out = ctx.prompts.eval.select(["prompt", "answer"])
+    while steps < cfg.max_steps:
+        stop_if_requested(ctx, "SFT warm-up", steps)
+        block = min(cfg.eval_every, cfg.max_steps - steps)
+        batches = [sampler.next(min(cfg.batch_size, ctx.prompts.train.num_rows)) for _ in range(block)]
+        loss = await learner.call("sft_steps", batches, cfg.lr, table=False)
+        steps += block
+        # The learner's teacher-forced check (exact answers, a lower bound of greedy accuracy) is
+        # a forward pass; the real greedy evaluation runs only once it reaches the target.
+        exact = await learner.call("answer_accuracy", held_out, table=False)
+        accuracy = exact
+        if exact >= cfg.target_accuracy or steps >= cfg.max_steps:
+            await channel.publish(0)
+            accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
+        kind = "greedy acc" if accuracy is not exact else "exact answers"
+        ctx.progress.update(steps, f"loss {loss:.3f}  {kind} {accuracy:.3f} (target {cfg.target_accuracy})",
+                            force_line=True)
+        if accuracy >= cfg.target_accuracy:
+            break
+    ctx.progress.stop()
+    await learner.call("end_warmup", table=False)
+    info = {"warmup/steps": steps, "warmup/accuracy": accuracy, "warmup/loss": loss,
+            "warmup/time_s": time.perf_counter() - start, "warmup/reached_target": accuracy >= cfg.target_accuracy}
+    if not info["warmup/reached_target"]:
+        ctx.progress.print(f"[yellow]warning:[/] warm-up stopped at warmup.max_steps={cfg.max_steps} with "
+                           f"accuracy {accuracy:.3f} < target {cfg.target_accuracy}; RL starts from there")
+    return await save_stage(learner, out_dir, MARKER, info)

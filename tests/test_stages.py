@@ -1,0 +1,107 @@
+"""The stage driver without Ray: which stages a recipe runs, in order, cached (a finished stage is
+a hit for the next run, so a run stopped in a later stage goes on from there), and the error when
+a stage needs roles the recipe cannot provide."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_config
+from orchestrator.data import load_prompts
+from orchestrator.recipes import RECIPES, Recipe, Sources
+from orchestrator.run import Run
+from orchestrator.stage_driver import StageDriver
+from orchestrator.stages import Stage
+
+
+
+def enabled_names(config_name: str | None, *overrides: str) -> list[str]:
+    cfg = load_config(config_name, list(overrides))
+    recipe = RECIPES.get(cfg.recipe)
+    return [s.name for s in recipe.stages(cfg) if s.enabled(cfg, recipe)]
+
+
+def test_every_recipe_keeps_todays_warm_ups() -> None:
+    assert enabled_names(None) == ["warmup"]  # GRPO: the SFT warm-up only
+    assert enabled_names(None, "warmup.enabled=false") == []
+    assert enabled_names("laser") == ["warmup", "laser_warmup"]
+    assert enabled_names("self_judged_grpo") == ["warmup", "judge_warmup"]
+    assert enabled_names("cooper") == ["reward_models", "warmup"]
+
+
+class Counting(Stage):
+    """A stage that writes its output and marker and counts its runs; it needs no pools."""
+    borrows = ()
+    label = "counting stage"
+    runs: list[str] = []
+
+    def __init__(self, name: str, fail: bool = False):
+        self.name, self.marker, self.fail = name, f"{name}.json", fail
+
+    def cache_path(self, config, sources) -> Path:
+        return Path(config.warmup.cache_dir) / f"{self.name}-from-{Path(sources.policy or 'base').name}"
+
+    async def train(self, ctx, out_dir: Path, sources) -> dict:
+        Counting.runs.append(self.name)
+        if self.fail:
+            raise KeyboardInterrupt  # as a Ctrl-C that ends the run inside this stage
+        out_dir.mkdir(parents=True)
+        info = {f"{self.name}/accuracy_after": 0.5}
+        (out_dir / self.marker).write_text(json.dumps(info))
+        return info
+
+
+def two_stage_run(tmp_path: Path, fail_second: bool) -> Run:
+    cfg = load_config(None, [f"warmup.cache_dir={tmp_path / 'cache'}"])
+
+    class TwoStages(RECIPES.get("grpo")):
+        @classmethod
+        def stages(cls, config) -> list:
+            return [Counting("first"), Counting("second", fail=fail_second)]
+
+    run = Run(cfg, tmp_path / "run", resume=False)
+    run.recipe = TwoStages()
+    return run
+
+
+def driven(run: Run) -> tuple:
+    cfg = run.config
+    return run, load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction), True
+
+
+def test_stages_run_in_order_and_a_new_run_goes_on_from_the_unfinished_one(tmp_path, capsys) -> None:
+    Counting.runs = []
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(StageDriver(*driven(two_stage_run(tmp_path, True))).run_all(Sources()))
+    assert Counting.runs == ["first", "second"]
+    Counting.runs = []
+    sources = Sources()
+    pools, info = asyncio.run(StageDriver(*driven(two_stage_run(tmp_path, False))).run_all(sources))
+    assert Counting.runs == ["second"]  # the first stage is a cache hit
+    assert "counting stage: using cached model" in capsys.readouterr().out
+    assert sources.policy == str(tmp_path / "cache" / "second-from-first-from-base")  # each feeds the next
+    assert info == {"first/accuracy_after": 0.5, "second/accuracy_after": 0.5} and pools == {}
+
+
+def test_a_stage_that_needs_roles_nobody_declares_says_which(tmp_path) -> None:
+    class NoPolicy(Recipe):
+        name = "no_policy"
+
+        @classmethod
+        def roles(cls, config, sources):
+            return {}
+
+        @classmethod
+        def stage_roles(cls, config, sources):
+            return {}
+
+    run = two_stage_run(tmp_path, False)
+    run.recipe = NoPolicy()
+    stage = RECIPES.get("grpo").stages(run.config)[1]  # the SFT warm-up borrows the policy roles
+    with pytest.raises(ValueError, match=r"recipe 'grpo': a stage needs the roles \['generator', 'verifier', "
+                                         r"'policy_learner'\], which neither its roles nor its stage_roles"):
+        asyncio.run(StageDriver(run, None, True)._borrow(stage.borrows, Sources()))
