@@ -143,7 +143,7 @@ def test_jsonl_not_utf8_names_line_and_byte(tmp_path):
         read_rows(path)
     msg = str(e.value)
     # The bad byte is the 0xe9 of "cafe" on line 3: two good lines plus '{"prompt": "caf' before it.
-    assert f"{path}:3: not valid UTF-8 at byte {2 * len(good) + 15} " in msg and "-1" not in msg
+    assert f"{path}:3: not valid UTF-8 at byte {2 * len(good) + 15} " in msg and "line -1" not in msg
 
 
 def test_parquet_missing_prompt_column(tmp_path):
