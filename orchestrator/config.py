@@ -1,6 +1,9 @@
 """Typed run configuration (pydantic): YAML file + dotted `key=value` overrides.
 
 Validation lives next to the field it checks. Unknown keys are errors that list the accepted keys.
+`Config` holds the sections every run has; a recipe and its stages add their own sections
+(`Recipe.settings`, `Stage.settings`: orchestrator.settings), so `validate_config` checks a config
+against the model of its recipe.
 """
 
 from __future__ import annotations
@@ -226,143 +229,6 @@ class AlgorithmConfig(Section):
         return v if v is None else registered(v, OFF_POLICY)
 
 
-class RewardModelConfig(Section):
-    """The scalar reward model (Bradley-Terry): its learner (recipes reward_model and cooper) and,
-    for rewards with `model: auto`, its cached warm-up on verifier-labelled pairs."""
-    init: Optional[str] = None  # recipe reward_model: a local model directory; None: the warm policy
-    template: str = "{prompt}{response}"  # text the reward model reads ({answer}: the reference)
-    lr: float = Field(1e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    margin: float = Field(0.0, ge=0)  # Bradley-Terry margin
-    batch_pairs: int = Field(256, gt=0)  # pairs per optimizer step
-    update_every: int = Field(1, ge=1)  # cooper: one reward-model update every k policy steps
-    pair_selection: Literal["hardest", "random"] = "hardest"
-    pairs_per_group: int = Field(1, ge=1)
-    label_source: Optional[str] = None  # verifier source whose labels build pairs (default: first fn)
-    label_threshold: float = 0.5  # a response is correct when its label reward >= this
-    # Training from a file of preference pairs (recipe reward_model): JSONL/Parquet with prompt,
-    # chosen, rejected. Without it, pairs come from the policy's samples labelled by the verifier.
-    pairs_path: Optional[str] = None
-    eval_pairs_path: Optional[str] = None
-    eval_pairs: int = Field(200, gt=0)  # held-out pairs when no eval file is given
-    # `model: auto` rewards start from the warm policy with a fresh scalar head, trained for this
-    # many steps on verifier-labelled pairs from `warmup_prompts` training prompts (cached).
-    warmup_steps: int = Field(100, ge=1)
-    warmup_prompts: Optional[int] = Field(None, gt=0)  # None: all training prompts
-    cache: bool = True
-
-    @field_validator("template")
-    @classmethod
-    def _fields(cls, v: str) -> str:
-        for key in ("{prompt}", "{response}"):
-            if key not in v:
-                raise ValueError(f"reward_model.template must contain {key}")
-        return v
-
-
-class PrimeConfig(Section):
-    """PRIME (Cui et al. 2025): implicit process rewards beta * log(pi_phi / pi_ref) per token."""
-    beta: float = Field(0.05, gt=0)
-    lr: float = Field(1e-4, gt=0)  # of the implicit PRM (a causal LM initialised from the policy)
-    process_weight: float = Field(1.0, ge=0)  # dense advantage coefficient
-    label_source: Optional[str] = None  # verifier source giving outcome labels (default: first fn)
-
-
-class JudgeConfig(Section):
-    """The policy judging its own samples (`rewards: [{name: ..., judge: true}]`): the probability
-    of the `yes` token after a judge prompt, or numbers parsed from k sampled judgments."""
-    template: str = "{prompt}{response}?"
-    mode: Literal["yes_prob", "sampled"] = "yes_prob"
-    yes: str = "Y"
-    no: str = "N"
-    samples: int = Field(4, ge=1)  # sampled mode: judgments per response
-    max_new_tokens: int = Field(4, gt=0)  # sampled mode
-    pattern: str = r"-?\d+(?:\.\d+)?"  # sampled mode: the score in a judgment
-    scale: float = Field(1.0, gt=0)  # sampled mode: parsed score / scale
-    shared: bool = True  # on the generator replicas; false: a separate judge pool on the policy channel
-    # A small model cannot judge out of the box: SFT on verifier-labelled samples of the warm policy
-    # (judge prompt -> yes/no), as Self-Rewarding LM's evaluation fine-tuning; cached like the warm-up.
-    warmup_steps: int = Field(0, ge=0)
-    warmup_lr: float = Field(1e-3, gt=0)
-    warmup_batch_size: int = Field(128, gt=0)
-    # share of each judging warm-up batch that repeats the task's own SFT data: without it the
-    # judge format overwrites the task (measured: held-out accuracy 0.66 -> 0.00 after 300 steps)
-    warmup_task_fraction: float = Field(0.5, ge=0, lt=1)
-    # re-draw the judged samples from the policy being fine-tuned every this many steps (None: drawn
-    # once from the warm policy, whose errors the task data then trains away)
-    warmup_resample: Optional[int] = Field(None, gt=0)
-
-    @field_validator("template")
-    @classmethod
-    def _fields(cls, v: str) -> str:
-        for key in ("{prompt}", "{response}"):
-            if key not in v:
-                raise ValueError(f"judge.template must contain {key}")
-        return v
-
-
-class LaserConfig(Section):
-    """LaSeR (Yang et al. 2025, last-token self-rewarding): the self-reward of a response is
-    r = beta * (log pi(token | prompt, response) - c), read at the cost of one extra token; the
-    learner adds mse_weight * (r - verifier reward)^2 where the verifier labelled the sample, and the
-    self-reward stands in for the verifier where it did not (`aggregate.fill`)."""
-    token: str = "Y"
-    beta: float = Field(0.25, gt=0)
-    # None: c is the mean log pi(token | x, y) of the first train batch (so r starts near 0), kept
-    # for the run; beta * -c must exceed the verifier's top reward for r to be able to reach it
-    c: Optional[float] = None
-    mse_weight: float = Field(1.0, ge=0)
-    # weight the MSE so correct and wrong labelled samples count half each (class re-weighting)
-    balance: bool = False
-    label_source: Optional[str] = None  # the verifier source r is aligned with (default: the first fn)
-    best_of: int = Field(8, ge=1)  # evaluation: best-of-N by self-reward against a random pick
-    eval_prompts: int = Field(100, gt=0)
-    # Self-verification warm-up before RL (0 steps: none; cached like the SFT warm-up): MSE on r plus
-    # warmup_nll x the NLL of the correct samples, on pairs of a correct and a wrong sample of one
-    # training prompt drawn from the policy itself and re-drawn every warmup_resample steps (r must
-    # learn the errors of the sampler it will rank, not of an earlier one).
-    warmup_steps: int = Field(0, ge=0)
-    warmup_lr: float = Field(5e-4, gt=0)
-    warmup_nll: float = Field(0.05, ge=0)
-    warmup_pairs: int = Field(64, gt=0)  # pairs per step
-    warmup_resample: int = Field(100, gt=0)
-    warmup_prompts: int = Field(2048, gt=0)
-
-
-class IterationsConfig(Section):
-    """Iterative preference optimisation (recipe self_rewarding; Yuan et al. 2024): per iteration,
-    sample `rollout.samples_per_prompt` responses for `prompts` prompts, judge them with the policy
-    itself, pair the best with the worst, train `epochs` epochs with `loss` against the iteration's
-    starting model as reference, then start the next iteration from the trained model."""
-    iterations: int = Field(3, ge=1)
-    prompts: int = Field(256, gt=0)
-    epochs: int = Field(2, ge=1)
-    batch_pairs: int = Field(64, gt=0)
-    loss: str = "dpo"  # a preference loss (dpo, ipo, simpo) or raft (SFT on the chosen responses)
-    beta: float = Field(0.1, gt=0)  # dpo / simpo beta; ipo uses tau = beta
-    margin: float = Field(0.0, ge=0)  # skip pairs whose judge scores differ by less
-    # Iterative RPO (Pang et al. 2024): + nll_weight x the token-mean NLL of the chosen responses. A
-    # preference loss alone can lower the likelihood of chosen and rejected alike; this keeps it.
-    nll_weight: float = Field(0.0, ge=0)
-    # CREAM (Wang et al. 2024): keep (filter) or weight pairs by how consistently this iteration's and
-    # the previous iteration's judge rank the group's responses (Kendall's tau, mapped to [0, 1]).
-    cream: Literal["none", "filter", "weight"] = "none"
-    cream_threshold: float = Field(0.5, ge=0, le=1)
-    # Temporal Self-Rewarding (Wang et al. 2025): rejected responses drawn from the initial model
-    # (anchored rejection), chosen responses re-drawn with the model after the first epoch
-    # (future-guided chosen).
-    anchored_rejection: bool = False
-    future_chosen: bool = False
-
-    @field_validator("loss")
-    @classmethod
-    def _known_loss(cls, v: str) -> str:
-        from actors.algorithms import PREFERENCE_LOSSES
-        if v == "raft":
-            return v
-        return registered(v, PREFERENCE_LOSSES)
-
-
 class WarmupConfig(Section):
     """Supervised warm-up on reference answers until a held-out accuracy target is reached."""
     enabled: bool = True
@@ -403,11 +269,6 @@ class Config(Section):
     rewards: list[RewardSpec] = [RewardSpec(name="integer_match")]
     verifier: VerifierConfig = VerifierConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
-    reward_model: RewardModelConfig = RewardModelConfig()
-    prime: PrimeConfig = PrimeConfig()
-    judge: JudgeConfig = JudgeConfig()
-    iterations: IterationsConfig = IterationsConfig()
-    laser: LaserConfig = LaserConfig()
     warmup: WarmupConfig = WarmupConfig()
     train: TrainConfig = TrainConfig()
     # Extra aggregation stages over the reward sources (G-RA gates, PAR, Parrot selection, process
@@ -435,12 +296,22 @@ class Config(Section):
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
         fn_names = [r.name for r in self.fn_rewards()]
-        for key, value in (("verifier.accuracy_source", self.verifier.accuracy_source),
-                           ("reward_model.label_source", self.reward_model.label_source),
-                           ("prime.label_source", self.prime.label_source),
-                           ("laser.label_source", self.laser.label_source)):
+        owned = [name for name in type(self).model_fields if name not in Config.model_fields]
+        sources = [("verifier.accuracy_source", self.verifier.accuracy_source)]
+        sources += [(f"{name}.label_source", getattr(self, name).label_source) for name in owned
+                    if hasattr(getattr(self, name), "label_source")]
+        for key, value in sources:
             if value is not None and value not in fn_names:
                 raise ValueError(f"{key} {value!r} is not a verifier (fn) reward; accepted: {fn_names}")
+        for reward in self.rewards:
+            needs = {"model": "reward_model", "judge": "judge", "laser": "laser"}.get(reward.kind)
+            if needs and needs not in type(self).model_fields:
+                raise ValueError(f"rewards[{reward.name}]: a {reward.kind} reward needs the {needs!r} settings, "
+                                 f"which recipe {self.recipe!r} does not declare (its stages or its settings)")
+        for name in owned:  # a recipe's section checks what it reads from the rest of the config
+            check = getattr(getattr(self, name), "cross_check", None)
+            if check is not None:
+                check(self)
         if self.process_rewards() and not self.fn_rewards():
             raise ValueError("rewards: every verifier is a process reward; add an outcome (scalar) verifier, "
                              "e.g. {name: correct, fn: integer_match}, which also measures held-out accuracy")
@@ -450,9 +321,6 @@ class Config(Section):
             raise ValueError(f"algorithm.advantage {self.algorithm.advantage!r} compares the samples of "
                              "a prompt with each other: rollout.samples_per_prompt must be >= 2, got "
                              f"{self.rollout.samples_per_prompt}")
-        if self.laser_rewards() and self.laser.warmup_steps and self.verifier.fraction == 0:
-            raise ValueError(f"laser.warmup_steps={self.laser.warmup_steps} trains on verifier-labelled "
-                             "prompts, but verifier.fraction=0 labels none: raise it or set laser.warmup_steps=0")
         if self.train.max_staleness > 0 and self.algorithm.off_policy in (None, "none"):
             raise ValueError("train.max_staleness > 0 trains on samples from older policies: choose an "
                              "off-policy correction explicitly, algorithm.off_policy=tis or decoupled_ppo")
@@ -478,6 +346,11 @@ class Config(Section):
             raise ValueError(f"rollout.chunk_prompts={chunk} must divide rollout.prompts_per_step="
                              f"{self.rollout.prompts_per_step}")
         return self
+
+    def __reduce__(self):
+        # The class is built per recipe (orchestrator.settings), so a pickle (an actor's copy)
+        # carries the values and is checked again against its recipe's model where it is loaded.
+        return validate_config, (self.model_dump(mode="python"),)
 
     def aggregate_spec(self) -> dict:
         """The reward aggregation spec: each source's weight and normalisation, plus `aggregate:`."""
@@ -593,21 +466,32 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
 
 
 def validate_config(data: dict, source: str = "config") -> Config:
+    from orchestrator.settings import model_for
     try:
-        return Config.model_validate(data)
+        model = model_for(data, Config)
+    except (ImportError, ValueError) as e:  # a user recipe that cannot load, or declares a bad section
+        raise ConfigError(f"{source}: recipe {data.get('recipe')!r}: {e}") from None
+    try:
+        return model.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(f"{source}: invalid config\n" + describe_errors(e)) from None
+        raise ConfigError(f"{source}: invalid config\n" + describe_errors(e, model, data.get("recipe", "grpo"))) from None
 
 
-def describe_errors(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError, model: Optional[type[BaseModel]] = None, recipe: str = "grpo") -> str:
+    from orchestrator.settings import section_owners
+    model = model or Config
     lines = []
     for err in exc.errors():
         loc = [p for p in err["loc"]]
         key = ".".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "extra_forbidden" and key in MOVED:
             lines.append(f"  {key!r} has moved: use {MOVED[key]}")
+        elif err["type"] == "extra_forbidden" and len(loc) == 1 and section_owners(key, Config):
+            owners = section_owners(key, Config)
+            lines.append(f"  section {key!r} belongs to recipe{'s' * (len(owners) > 1)} {', '.join(owners)}, not to "
+                         f"recipe {recipe!r} (its sections: {', '.join(model.model_fields)})")
         elif err["type"] == "extra_forbidden":
-            accepted = _fields_at(loc[:-1])
+            accepted = _fields_at(model, loc[:-1])
             lines.append(f"  unknown key {key!r}; accepted keys here: {', '.join(accepted)}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
@@ -619,9 +503,8 @@ def describe_errors(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def _fields_at(loc: list) -> list[str]:
-    """Field names of the config section at `loc` (list indices are skipped)."""
-    model: type[BaseModel] = Config
+def _fields_at(model: type[BaseModel], loc: list) -> list[str]:
+    """Field names of the config section at `loc` in `model` (list indices are skipped)."""
     parts = iter(loc)
     for part in parts:
         if isinstance(part, int) or part not in model.model_fields:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from actors.registry import LazyRegistry
 from orchestrator.roles import RoleSpec
+from orchestrator.stages import DEFAULT
 
 BUILT_IN = {
     "grpo": "pipelines.grpo:GRPO",
@@ -52,6 +53,10 @@ class Recipe:
 
     name = "recipe"
     policy = True  # trains the policy (and so needs the SFT warm-up)
+    stage_names: tuple[str, ...] = DEFAULT  # registered stages (orchestrator.stages), in order
+    # Config sections this recipe owns: name -> pydantic model (orchestrator.settings). Its stages'
+    # sections come with them; a subclass inherits its bases' sections.
+    settings: dict = {}
 
     @classmethod
     def role_names(cls, config) -> list[str]:
@@ -75,9 +80,10 @@ class Recipe:
     @classmethod
     def stages(cls, config) -> list:
         """What runs before the loop, in order (orchestrator.stages); each runs only if it is enabled
-        for this config. Default: the reward-model, SFT, judging and self-verification warm-ups."""
-        from orchestrator.stages import DEFAULT, STAGES
-        return [STAGES.get(name)() for name in DEFAULT]
+        for this config. Default: `stage_names`, i.e. the reward-model, SFT, judging and
+        self-verification warm-ups."""
+        from orchestrator.stages import STAGES
+        return [STAGES.get(name)() for name in cls.stage_names]
 
     @classmethod
     def stage_roles(cls, config, sources: Sources) -> dict:

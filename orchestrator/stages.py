@@ -48,6 +48,7 @@ class Stage:
     label = "stage"  # how messages name it
     marker = "stage.json"  # written last into its output: the stage finished (its resume point)
     borrows: tuple[str, ...] = POLICY_ROLES  # the pools it trains with (the recipe's, or temporary ones)
+    settings: dict = {}  # config sections it owns: name -> pydantic model (orchestrator.settings)
 
     def enabled(self, config, recipe) -> bool:
         return True

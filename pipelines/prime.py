@@ -5,12 +5,26 @@ adds their leave-one-out-baselined returns (x prime.process_weight) to the outco
 
 from __future__ import annotations
 
+from typing import Optional
+
+from pydantic import Field
+
+from orchestrator.config import Section
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO
 
 
+class PrimeConfig(Section):
+    """PRIME (Cui et al. 2025): implicit process rewards beta * log(pi_phi / pi_ref) per token."""
+    beta: float = Field(0.05, gt=0)
+    lr: float = Field(1e-4, gt=0)  # of the implicit PRM (a causal LM initialised from the policy)
+    process_weight: float = Field(1.0, ge=0)  # dense advantage coefficient
+    label_source: Optional[str] = None  # verifier source giving outcome labels (default: first fn)
+
+
 class Prime(GRPO):
+    settings = {"prime": PrimeConfig}
     name = "prime"
 
     @classmethod

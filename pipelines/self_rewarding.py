@@ -22,16 +22,53 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import ray
+from pydantic import Field, field_validator
 
 from actors import batch as B
+from orchestrator.config import Section, registered
 from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
+
+
+class IterationsConfig(Section):
+    """Iterative preference optimisation (recipe self_rewarding; Yuan et al. 2024): per iteration,
+    sample `rollout.samples_per_prompt` responses for `prompts` prompts, judge them with the policy
+    itself, pair the best with the worst, train `epochs` epochs with `loss` against the iteration's
+    starting model as reference, then start the next iteration from the trained model."""
+    iterations: int = Field(3, ge=1)
+    prompts: int = Field(256, gt=0)
+    epochs: int = Field(2, ge=1)
+    batch_pairs: int = Field(64, gt=0)
+    loss: str = "dpo"  # a preference loss (dpo, ipo, simpo) or raft (SFT on the chosen responses)
+    beta: float = Field(0.1, gt=0)  # dpo / simpo beta; ipo uses tau = beta
+    margin: float = Field(0.0, ge=0)  # skip pairs whose judge scores differ by less
+    # Iterative RPO (Pang et al. 2024): + nll_weight x the token-mean NLL of the chosen responses. A
+    # preference loss alone can lower the likelihood of chosen and rejected alike; this keeps it.
+    nll_weight: float = Field(0.0, ge=0)
+    # CREAM (Wang et al. 2024): keep (filter) or weight pairs by how consistently this iteration's and
+    # the previous iteration's judge rank the group's responses (Kendall's tau, mapped to [0, 1]).
+    cream: Literal["none", "filter", "weight"] = "none"
+    cream_threshold: float = Field(0.5, ge=0, le=1)
+    # Temporal Self-Rewarding (Wang et al. 2025): rejected responses drawn from the initial model
+    # (anchored rejection), chosen responses re-drawn with the model after the first epoch
+    # (future-guided chosen).
+    anchored_rejection: bool = False
+    future_chosen: bool = False
+
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, v: str) -> str:
+        from actors.algorithms import PREFERENCE_LOSSES
+        if v == "raft":
+            return v
+        return registered(v, PREFERENCE_LOSSES)
 
 
 @dataclass
@@ -237,6 +274,7 @@ class IterationSource:
 
 class SelfRewarding(GRPO):
     name = "self_rewarding"
+    settings = {"iterations": IterationsConfig}
 
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:

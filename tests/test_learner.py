@@ -17,7 +17,7 @@ from actors.generator import Generator
 from actors.learner import Learner
 from actors.verifier import Verifier
 from actors import batch as B
-from orchestrator.config import Config
+from orchestrator.config import Config, validate_config
 from orchestrator.data import arithmetic
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
@@ -33,7 +33,7 @@ def varied(prompt, response, answer, **_):
 
 def make_config(reward_fn: str | None = None, rollout: dict | None = None, **algorithm) -> Config:
     rewards = {"rewards": [{"name": "varied", "fn": reward_fn, "timeout_s": 10}]} if reward_fn else {}
-    return Config.model_validate({
+    return validate_config({
         "seed": 0,
         "model": {"tiny": TINY},
         "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4, **(rollout or {})},

@@ -70,7 +70,9 @@ class PolicyGradient(Objective):
         if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
             dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32)
             process = process_advantages(dense, r_mask.float(), groups)
-            adv = combine_advantages(outcome, lrn.config.prime.process_weight * process, r_mask.float())
+            prime = getattr(lrn.config, "prime", None)  # PRIME's coefficient; a verifier's dense rewards: 1
+            weight = prime.process_weight if prime is not None else 1.0
+            adv = combine_advantages(outcome, weight * process, r_mask.float())
         active = torch.ones(table.num_rows, dtype=torch.bool)
         if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
             active &= torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))

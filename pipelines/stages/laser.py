@@ -11,16 +11,52 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
 from actors import batch as B
 from orchestrator.channels import Channel
+from orchestrator.config import Section
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
 from orchestrator.stage_cache import fmt, save_stage, stage_path
 from orchestrator.stages import stop_if_requested
 from pipelines.stages import PolicyWarmup
+
+
+class LaserConfig(Section):
+    """LaSeR (Yang et al. 2025, last-token self-rewarding): the self-reward of a response is
+    r = beta * (log pi(token | prompt, response) - c), read at the cost of one extra token; the
+    learner adds mse_weight * (r - verifier reward)^2 where the verifier labelled the sample, and the
+    self-reward stands in for the verifier where it did not (`aggregate.fill`)."""
+    token: str = "Y"
+    beta: float = Field(0.25, gt=0)
+    # None: c is the mean log pi(token | x, y) of the first train batch (so r starts near 0), kept
+    # for the run; beta * -c must exceed the verifier's top reward for r to be able to reach it
+    c: Optional[float] = None
+    mse_weight: float = Field(1.0, ge=0)
+    # weight the MSE so correct and wrong labelled samples count half each (class re-weighting)
+    balance: bool = False
+    label_source: Optional[str] = None  # the verifier source r is aligned with (default: the first fn)
+    best_of: int = Field(8, ge=1)  # evaluation: best-of-N by self-reward against a random pick
+    eval_prompts: int = Field(100, gt=0)
+    # Self-verification warm-up before RL (0 steps: none; cached like the SFT warm-up): MSE on r plus
+    # warmup_nll x the NLL of the correct samples, on pairs of a correct and a wrong sample of one
+    # training prompt drawn from the policy itself and re-drawn every warmup_resample steps (r must
+    # learn the errors of the sampler it will rank, not of an earlier one).
+    warmup_steps: int = Field(0, ge=0)
+    warmup_lr: float = Field(5e-4, gt=0)
+    warmup_nll: float = Field(0.05, ge=0)
+    warmup_pairs: int = Field(64, gt=0)  # pairs per step
+    warmup_resample: int = Field(100, gt=0)
+    warmup_prompts: int = Field(2048, gt=0)
+
+    def cross_check(self, config) -> None:
+        if config.laser_rewards() and self.warmup_steps and config.verifier.fraction == 0:
+            raise ValueError(f"laser.warmup_steps={self.warmup_steps} trains on verifier-labelled "
+                             "prompts, but verifier.fraction=0 labels none: raise it or set laser.warmup_steps=0")
 
 MARKER = "laser_warmup.json"
 _EVAL_SEQ = -3_000_000  # request numbers of the warm-up's own samples, apart from the run's
@@ -123,6 +159,7 @@ def _quality(q: dict) -> str:
 class LaserWarmup(PolicyWarmup):
     name, label, marker = "laser_warmup", "self-verification warm-up", MARKER
     key, work = staticmethod(cache_path), staticmethod(warm_up)
+    settings = {"laser": LaserConfig}
 
     def enabled(self, config, recipe) -> bool:
         return bool(config.laser_rewards() and config.laser.warmup_steps)

@@ -8,10 +8,47 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Literal, Optional
 
-from orchestrator.config import Config, ConfigError
+from pydantic import Field, field_validator
+
+from orchestrator.config import Config, ConfigError, Section, validate_config
 from orchestrator.stage_cache import cache_key
 from orchestrator.stages import Stage, Stopped
+
+
+class RewardModelConfig(Section):
+    """The scalar reward model (Bradley-Terry): its learner (recipes reward_model and cooper) and,
+    for rewards with `model: auto`, its cached warm-up on verifier-labelled pairs."""
+    init: Optional[str] = None  # recipe reward_model: a local model directory; None: the warm policy
+    template: str = "{prompt}{response}"  # text the reward model reads ({answer}: the reference)
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    margin: float = Field(0.0, ge=0)  # Bradley-Terry margin
+    batch_pairs: int = Field(256, gt=0)  # pairs per optimizer step
+    update_every: int = Field(1, ge=1)  # cooper: one reward-model update every k policy steps
+    pair_selection: Literal["hardest", "random"] = "hardest"
+    pairs_per_group: int = Field(1, ge=1)
+    label_source: Optional[str] = None  # verifier source whose labels build pairs (default: first fn)
+    label_threshold: float = 0.5  # a response is correct when its label reward >= this
+    # Training from a file of preference pairs (recipe reward_model): JSONL/Parquet with prompt,
+    # chosen, rejected. Without it, pairs come from the policy's samples labelled by the verifier.
+    pairs_path: Optional[str] = None
+    eval_pairs_path: Optional[str] = None
+    eval_pairs: int = Field(200, gt=0)  # held-out pairs when no eval file is given
+    # `model: auto` rewards start from the warm policy with a fresh scalar head, trained for this
+    # many steps on verifier-labelled pairs from `warmup_prompts` training prompts (cached).
+    warmup_steps: int = Field(100, ge=1)
+    warmup_prompts: Optional[int] = Field(None, gt=0)  # None: all training prompts
+    cache: bool = True
+
+    @field_validator("template")
+    @classmethod
+    def _fields(cls, v: str) -> str:
+        for key in ("{prompt}", "{response}"):
+            if key not in v:
+                raise ValueError(f"reward_model.template must contain {key}")
+        return v
 
 MARKER = "reward_warmup.json"
 
@@ -23,10 +60,12 @@ def cache_path(config) -> Path:
     return Path(config.warmup.cache_dir).expanduser().parent / "reward_models" / cache_key(config, extra)
 
 
-def warmup_config(cfg: Config) -> Config:
+def warmup_config(cfg):
     """The nested reward_model run that trains an `auto` reward model: the run's verifiers only (they
     label the pairs), none of its aggregation (which may name the reward model itself)."""
-    data = cfg.model_dump(mode="json")
+    from orchestrator.settings import config_model
+    accepted = config_model("reward_model", Config).model_fields  # the run's recipe may own sections it lacks
+    data = {k: v for k, v in cfg.model_dump(mode="json").items() if k in accepted}
     steps = cfg.reward_model.warmup_steps
     data.update(recipe="reward_model", output_dir=None, aggregate={},
                 rewards=[r for r in data["rewards"]
@@ -36,7 +75,7 @@ def warmup_config(cfg: Config) -> Config:
     data["train"].update(max_steps=steps, eval_every=max(1, steps // 4), checkpoint_every=0,
                          max_staleness=0, stop_at_accuracy=None, dump_rollouts=False)
     data["algorithm"]["off_policy"] = None
-    return Config.model_validate(data)
+    return validate_config(data)
 
 
 class RewardModels(Stage):
@@ -44,6 +83,7 @@ class RewardModels(Stage):
     first by a nested reward_model run (one cache entry serves every `auto` source)."""
     name, label, marker = "reward_models", "reward model", MARKER
     borrows = ()  # the nested run builds its own pools
+    settings = {"reward_model": RewardModelConfig}
 
     def enabled(self, config, recipe) -> bool:
         return bool(config.model_rewards())
