@@ -4,6 +4,7 @@ Other hosted objectives ride along the same forward passes (LaSeR's self-reward 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 
@@ -63,7 +64,7 @@ class PolicyGradient(Objective):
         table, reward_metrics = self.aggregator.apply(table)
         rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
         groups = torch.from_numpy(B.group_index(table))
-        outcome = ADVANTAGES.get(algo.advantage)(rewards, groups)
+        outcome = estimate(ADVANTAGES.get(algo.advantage), rewards, groups, lrn.config)
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
         adv = outcome[:, None].expand_as(old_lp).clone()
@@ -211,3 +212,13 @@ class PolicyGradient(Objective):
         for k, v in part.items():
             sums[k] = sums.get(k, 0.0) + v
         return finite, float(grad_norm), len(compute)
+
+
+def estimate(estimator, rewards: torch.Tensor, groups: torch.Tensor, config) -> torch.Tensor:
+    """An advantage estimator's output; one that takes a `config` keyword gets the run's config, so a
+    recipe's own settings section can parametrise it (examples/pass_at_k.py)."""
+    try:
+        takes_config = "config" in inspect.signature(estimator).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        takes_config = False
+    return estimator(rewards, groups, config=config) if takes_config else estimator(rewards, groups)
