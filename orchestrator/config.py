@@ -261,8 +261,8 @@ class RayConfig(Section):
 
 class Config(Section):
     recipe: str = "grpo"  # a registered recipe (pipelines) or `module:Class`
-    seed: int = 0
-    output_dir: Optional[str] = None
+    seed: int = 0  # data order, sampling and model init
+    output_dir: Optional[str] = None  # the run directory; None: runs/<recipe>-<time> (or --output-dir)
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     rollout: RolloutConfig = RolloutConfig()
