@@ -248,6 +248,9 @@ class TrainConfig(Section):
     # 0 = strict on-policy; k > 0 lets generation run up to k policy versions ahead of the learner.
     max_staleness: int = Field(0, ge=0)
     checkpoint_every: int = Field(50, ge=0)  # 0: only the final checkpoint (and on SIGTERM/SIGINT)
+    # also after the first step that ends this many seconds after the last checkpoint (or the loop's
+    # start), so long steps do not leave hours of work unprotected; None: by step count only
+    checkpoint_every_s: Optional[float] = Field(None, gt=0)
     keep_checkpoints: int = Field(2, ge=1)  # the newest K step checkpoints are kept
     dump_rollouts: bool = False  # rollouts/step_N.parquet
     threads: int = Field(0, ge=0)  # torch threads per actor; 0 = the node's cores

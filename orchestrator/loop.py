@@ -80,6 +80,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
     row: dict = {}
     last_acc = None
     busy_before = _busy(ctx)
+    last_checkpoint = time.monotonic()
     health = RewardHealth({r.name: r.fn or r.name for r in cfg.fn_rewards() + cfg.process_rewards()},
                           cfg.verifier.max_failed_steps)
     try:
@@ -137,8 +138,10 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             ctx.progress.update(step, step_info(row, last_acc), force_line=evaluated)
             for warning in health.observe(step, step_counts([p.info for p in pieces])):  # raises to stop
                 ctx.progress.print(warning)
-            if cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0:
+            every, every_s = cfg.train.checkpoint_every, cfg.train.checkpoint_every_s
+            if (every and step % every == 0) or (every_s and time.monotonic() - last_checkpoint >= every_s):
                 await checkpoint(ctx, f"step_{step}")
+                last_checkpoint = time.monotonic()
             target = cfg.train.stop_at_accuracy
             if evaluated and target is not None and row.get("eval/accuracy", -1) >= target:
                 ctx.progress.print(f"held-out accuracy {row['eval/accuracy']:.3f} >= train.stop_at_accuracy "

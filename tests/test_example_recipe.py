@@ -53,11 +53,13 @@ def test_the_example_checks_its_section_against_the_run() -> None:
 
 
 @pytest.mark.slow
-def test_the_example_recipe_trains_end_to_end(ray_env, warm_cache, tmp_path) -> None:
+def test_the_example_recipe_trains_end_to_end_and_checkpoints_by_time(ray_env, warm_cache, tmp_path) -> None:
     out_dir = tmp_path / "run"
     out = coevo([EXAMPLE, "--output-dir", str(out_dir),
                  *small(warm_cache, "pass_at_k.k=2", "train.max_steps=3", "train.eval_every=3",
-                           "rollout.temperature=3.0")],
+                           "rollout.temperature=3.0",
+                           # a checkpoint after every step by time alone (none by step count)
+                           "train.checkpoint_every=0", "train.checkpoint_every_s=0.001")],
                 ray_env, cwd=ROOT, timeout=400)
     saved = yaml.safe_load((out_dir / "config.yaml").read_text())
     assert saved["recipe"] == "examples.pass_at_k:PassAtK" and saved["pass_at_k"]["k"] == 2
@@ -65,3 +67,5 @@ def test_the_example_recipe_trains_end_to_end(ray_env, warm_cache, tmp_path) -> 
     assert [m["step"] for m in steps] == [1, 2, 3], out[-3000:]
     # groups with k or more wrong samples (hot sampling makes them) got the estimator's advantages
     assert any(m["train/advantage_abs_mean"] > 0 and m["train/grad_norm"] > 0 for m in steps), steps
+    kept = sorted(p.name for p in (out_dir / "checkpoints").iterdir())
+    assert kept == ["final", "step_2", "step_3"], kept  # one per step by time; keep_checkpoints=2
