@@ -251,6 +251,9 @@ class TrainConfig(Section):
     # also after the first step that ends this many seconds after the last checkpoint (or the loop's
     # start), so long steps do not leave hours of work unprotected; None: by step count only
     checkpoint_every_s: Optional[float] = Field(None, gt=0)
+    # a learner that dies or hangs (kill -9, out of memory, a lost node) restarts the run from its
+    # newest checkpoint (with none yet: from the first step) this many times; 0: the run ends
+    learner_restarts: int = Field(2, ge=0)
     keep_checkpoints: int = Field(2, ge=1)  # the newest K step checkpoints are kept
     dump_rollouts: bool = False  # rollouts/step_N.parquet
     threads: int = Field(0, ge=0)  # torch threads per actor; 0 = the node's cores

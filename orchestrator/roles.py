@@ -76,7 +76,12 @@ class RoleSpec:
 
 
 class RoleError(RuntimeError):
-    """A role cannot go on (e.g. every replica is dead); the message names the role and why."""
+    """A role cannot go on (e.g. every replica is dead); the message names the role and why.
+    `lost_learner`: a learner replica died or hung, which the run can recover from a checkpoint."""
+
+    def __init__(self, message: str, lost_learner: bool = False):
+        super().__init__(message)
+        self.lost_learner = lost_learner
 
 
 @dataclass
@@ -197,7 +202,7 @@ class Pool:
                                     f"gave no answer within roles.{self.name}.timeout_s={self.spec.timeout_s:g}s"
                                     f"{' for the second time (retried once)' if timeouts > 1 else ''}; "
                                     f"the replica was killed{'' if self.spec.max_restarts else ' and cannot be restarted'}. "
-                                    f"Raise the timeout if the work is just slow") from None
+                                    f"Raise the timeout if the work is just slow", lost_learner=self.spec.learner) from None
             except ACTOR_ERRORS as e:
                 self._lost(rep, e)
             except ray.exceptions.RayTaskError as e:
@@ -209,7 +214,8 @@ class Pool:
             attempts += 1
             self.retries += 1
             if replica is not None or attempts > len(self.replicas) * (max(self.spec.max_restarts, 1) + 1):
-                raise RoleError(f"role {self.name!r}: {method} failed {attempts} times; replicas keep dying")
+                raise RoleError(f"role {self.name!r}: {method} failed {attempts} times; replicas keep dying",
+                                lost_learner=self.spec.learner)
 
     async def _wait(self, ref):
         """The call's answer, or TimeoutError past the role's timeout_s."""
@@ -258,7 +264,7 @@ class Pool:
         except ACTOR_ERRORS as e:
             rep.dead = True
             if all(r.dead for r in self.replicas):
-                self.fatal = RoleError(describe_death(self, rep, e))
+                self.fatal = RoleError(describe_death(self, rep, e), lost_learner=self.spec.learner)
         except ray.exceptions.RayTaskError as e:
             self._rejected(rep, self.version, e)
         async with self._changed:

@@ -20,7 +20,7 @@ from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
-from orchestrator.roles import build_pools, ready
+from orchestrator.roles import RoleError, build_pools, ready
 from orchestrator.stage_driver import StageDriver
 
 
@@ -51,8 +51,9 @@ def resolve_run_dir(config: Config, resume: bool) -> Path:
 
 
 class Run:
-    def __init__(self, config: Config, run_dir: Path, resume: bool):
+    def __init__(self, config: Config, run_dir: Path, resume: bool, restarted: bool = False):
         self.config, self.run_dir = config, run_dir
+        self.restarted = restarted  # after a lost learner: with no checkpoint, earlier rows are redone
         self.resume_from = ckpt.latest(run_dir) if resume else None
         self.state = json.loads((self.resume_from / ckpt.STATE_FILE).read_text()) if self.resume_from else None
         self.recipe = RECIPES.get(config.recipe)()
@@ -112,7 +113,7 @@ class Run:
         cluster.check_resources(cfg, roles, local)
         pools.update(build_pools({k: v for k, v in roles.items() if k not in pools}, cfg))
         sampler = PromptSampler(prompts.train, cfg.seed, **(self.state["sampler"] if self.state else {}))
-        metrics = MetricsSink(self.run_dir, resume_step=self.state["step"] if self.state else None,
+        metrics = MetricsSink(self.run_dir, resume_step=self.state["step"] if self.state else 0 if self.restarted else None,
                               ray_metrics=not nested)
         ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts, sampler=sampler,
                                     pools=pools, metrics=metrics, progress=self.progress)
@@ -241,11 +242,31 @@ def run(config: Config, resume: bool = False) -> dict:
     dump_config(config, run_dir / "config.yaml")
     job = Run(config, run_dir, resume)
     job.progress.print(f"run directory: {run_dir}")
+    restarts = config.train.learner_restarts
     try:
-        return asyncio.run(job.main())
+        while True:
+            try:
+                return asyncio.run(job.main())
+            except RoleError as e:
+                if not e.lost_learner or restarts == 0 or job._pending_stop:
+                    raise
+                restarts -= 1
+                job.progress.stop()
+                latest = ckpt.latest(run_dir)
+                job.progress.print(restart_message(e, latest, job.ctx.step if job.ctx else 0, restarts))
+                cluster.shutdown()  # every actor of the failed attempt goes with the driver's connection
+                job = Run(config, run_dir, resume=latest is not None, restarted=True)
     finally:
         job.progress.stop()
         try:
             cluster.shutdown()
         except KeyboardInterrupt:  # the run is over: a Ctrl-C while Ray stops only makes it stop sooner
             pass
+
+
+def restart_message(error: RoleError, latest: Path | None, reached: int, left: int) -> str:
+    start = json.loads((latest / ckpt.STATE_FILE).read_text())["step"] if latest is not None else 0
+    redone = f"steps {start + 1}-{reached} are redone" if reached > start else "no step is redone"
+    where = f"its newest checkpoint, {latest.name}" if latest is not None else "the first step (no checkpoint yet)"
+    return (f"{error}\nrestarting the run from {where}: {redone}; {left} more restart(s) allowed "
+            f"(train.learner_restarts)")

@@ -1,0 +1,51 @@
+"""A learner that dies (kill -9, as an out-of-memory kill or a lost node would) no longer ends the
+run: it restarts from the newest checkpoint, or from the first step when there is none yet, redoes
+the steps after it, and finishes with every sample trained exactly once (train.learner_restarts)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import uuid
+
+import pytest
+
+from coevo_cli import finish, read_metrics, small, start, steps_logged
+from test_faults import MARK, actor_pids, check_no_loss
+
+
+@pytest.mark.slow
+def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cache, tmp_path) -> None:
+    mark = uuid.uuid4().hex
+    run_dir = tmp_path / "run"
+    steps = 9
+    proc = start(small(warm_cache, f"train.max_steps={steps}", f"train.eval_every={steps}", "train.checkpoint_every=4",
+                       "train.dump_rollouts=true", "--output-dir", str(run_dir)), {**ray_env, MARK: mark}, tmp_path)
+    killed = []
+
+    def killer():
+        # first before any checkpoint (step 2), then after step_4's (step 6)
+        for target, ready in ((2, lambda: True), (6, lambda: (run_dir / "checkpoints" / "step_4").is_dir())):
+            while proc.poll() is None and not (steps_logged(run_dir) >= target and ready()):
+                threading.Event().wait(0.05)
+            pids = actor_pids(mark, "Learner")
+            if proc.poll() is not None or not pids:
+                return
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(steps_logged(run_dir))
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    out = finish(proc, 500)
+    thread.join(timeout=5)
+    assert proc.returncode == 0, out[-6000:]
+    assert len(killed) == 2, (killed, out[-4000:])
+    assert "has died" in out
+    assert re.search(r"restarting the run from the first step \(no checkpoint yet\): steps 1-\d+ are redone; "
+                     r"1 more restart\(s\) allowed", out), out[-4000:]
+    assert re.search(r"restarting the run from its newest checkpoint, step_4: steps 5-\d+ are redone; "
+                     r"0 more restart\(s\) allowed", out), out[-4000:]
+    check_no_loss(run_dir, steps)  # one metrics row per step, each sample trained on once
+    assert read_metrics(run_dir)[-1]["version"] == steps
