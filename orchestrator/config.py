@@ -27,6 +27,14 @@ def registered(value: str, registry) -> str:
     return value
 
 
+def template_fields(value: str, key: str) -> str:
+    """A text template a model reads must place the prompt and the response."""
+    for field in ("{prompt}", "{response}"):
+        if field not in value:
+            raise ValueError(f"{key} must contain {field}")
+    return value
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 

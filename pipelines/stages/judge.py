@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 
 from actors import batch as B
 from orchestrator.channels import Channel
-from orchestrator.config import Section
+from orchestrator.config import Section, template_fields
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
 from orchestrator.stage_cache import fmt, save_stage, stage_path
@@ -53,10 +53,7 @@ class JudgeConfig(Section):
     @field_validator("template")
     @classmethod
     def _fields(cls, v: str) -> str:
-        for key in ("{prompt}", "{response}"):
-            if key not in v:
-                raise ValueError(f"judge.template must contain {key}")
-        return v
+        return template_fields(v, "judge.template")
 
 MARKER = "judge_warmup.json"
 

@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from orchestrator.config import Config, ConfigError, Section, validate_config
+from orchestrator.config import Config, ConfigError, Section, template_fields, validate_config
 from orchestrator.stage_cache import cache_key
 from orchestrator.stages import Stage, Stopped
 
@@ -45,10 +45,7 @@ class RewardModelConfig(Section):
     @field_validator("template")
     @classmethod
     def _fields(cls, v: str) -> str:
-        for key in ("{prompt}", "{response}"):
-            if key not in v:
-                raise ValueError(f"reward_model.template must contain {key}")
-        return v
+        return template_fields(v, "reward_model.template")
 
 MARKER = "reward_warmup.json"
 
