@@ -9,6 +9,7 @@ against the model of its recipe.
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -483,7 +484,10 @@ def validate_config(data: dict, source: str = "config") -> Config:
     from orchestrator.settings import model_for
     try:
         model = model_for(data, Config)
-    except (ImportError, ValueError) as e:  # a user recipe that cannot load, or declares a bad section
+    except ImportError as e:  # a user recipe that cannot load
+        raise ConfigError(f"{source}: recipe {data.get('recipe')!r}: {e} (a recipe module is imported from the "
+                          f"working directory, {os.getcwd()}, and PYTHONPATH)") from None
+    except ValueError as e:  # it declares a bad section
         raise ConfigError(f"{source}: recipe {data.get('recipe')!r}: {e}") from None
     try:
         return model.model_validate(data)
