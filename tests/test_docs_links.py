@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,7 +114,9 @@ def test_readme_keeps_the_commands_ci_runs() -> None:
     assert commands and [c for c in commands if c not in shown] == []
 
 
-def test_readme_recipe_table_names_every_recipe_file() -> None:
+def test_readme_recipe_table_names_every_recipe_file_and_its_recipe() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = set(re.findall(r"^\| (?:\(default\) )?`([a-z_]+)` \|", readme, re.M))
-    assert rows == {p.stem for p in (ROOT / "pipelines").glob("*.yaml")}
+    rows = dict(re.findall(r"^\| (?:\(default\) )?`([a-z_]+)` \| `([a-z_]+)` \|", readme, re.M))
+    files = {p.stem: yaml.safe_load(p.read_text(encoding="utf-8"))["recipe"]
+             for p in (ROOT / "pipelines").glob("*.yaml")}
+    assert rows == files
