@@ -1,6 +1,6 @@
 """LaSeR's self-verification warm-up (`laser.warmup_steps`). A 1M-parameter policy does not rank its
 own samples by r out of the box, and RL's MSE on a quarter of the prompts teaches it too slowly
-(README, "Self-rewarding recipes"). So before RL the policy is trained on pairs of a correct and a
+(docs/benchmarks.md, "Self-rewarding recipes"). So before RL the policy is trained on pairs of a correct and a
 wrong sample of one training prompt, labelled by the verifier: MSE between r and the label, plus a
 small NLL on the correct samples. The samples are re-drawn from the policy being trained every
 `laser.warmup_resample` steps: trained on a fixed earlier sampler's errors, r learns to catch those
