@@ -123,6 +123,7 @@ class IterationSource:
                 if self.iteration >= self.cfg.iterations:
                     return None
                 await self._collect()
+                continue  # an iteration without pairs goes on to collect the next one
             if self.position >= len(self.order):
                 self.epoch, self.position = self.epoch + 1, 0
                 if self.epoch >= self.cfg.epochs:
