@@ -1,9 +1,10 @@
 """`coevo run` as a Ray job, exactly as the README shows it: `ray start --head`, then
 `ray job submit --working-dir . -- coevo run ...`.
 
-The cluster is private to the test: loopback only, free ports, its own short `--temp-dir`, token
-auth with a throwaway token that both `ray start` and `ray job submit` get through the environment
-(`RAY_AUTH_MODE=token`, `RAY_AUTH_TOKEN`), so nothing reads or writes ~/.ray/auth_token.
+The cluster is private to this module (its tests share one head node: a `ray start` costs ~10 s):
+loopback only, free ports, its own short `--temp-dir`, token auth with a throwaway token that both
+`ray start` and `ray job submit` get through the environment (`RAY_AUTH_MODE=token`,
+`RAY_AUTH_TOKEN`), so nothing reads or writes ~/.ray/auth_token.
 It is stopped by PID, never with `ray stop` (which would stop every Ray cluster on the machine):
 `ray start --block` stays in the foreground and takes its processes down on SIGTERM; whatever
 still carries the test's marker variable afterwards is killed by PID.
@@ -63,7 +64,7 @@ def _marked_processes(mark: str) -> list:
     return found
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A head node on 127.0.0.1; yields (dashboard URL, env for the Ray CLI, temp dir)."""
     temp = tempfile.mkdtemp(prefix="coevo-", dir="/tmp")  # short: Unix socket paths are limited
