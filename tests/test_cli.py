@@ -1,8 +1,11 @@
 """`coevo run` rejects bad input with exit code 2 and a message that names the problem, before Ray.
 
-Every case runs the real console script in a subprocess. A `sitecustomize` module on PYTHONPATH
-turns `ray.init` into an immediate exit 99 the moment `ray` is imported (and costs nothing if it
-never is), so a case that would start a cluster fails fast instead of training.
+The console script itself runs in a subprocess for the cases about the process (help, version, exit
+status, imports from the working directory or the repository root). A `sitecustomize` module on
+PYTHONPATH turns `ray.init` into an immediate exit 99 the moment `ray` is imported (and costs nothing
+if it never is), so a case that would start a cluster fails fast instead of training. The other bad
+inputs go through the same `main()` in this process (`cli`): a subprocess each would import torch
+again (~3 s apiece); there the guard is a patched `ray.init`.
 """
 
 from __future__ import annotations
@@ -70,6 +73,31 @@ def coevo(guard_dir, tmp_path):
     return run
 
 
+@pytest.fixture
+def cli(monkeypatch, tmp_path, capsys):
+    """Run `coevo ARGS` through orchestrator.cli.main in this process, in tmp_path; returns a
+    CompletedProcess like `coevo` does. Getting as far as ray.init is a failure, as in a subprocess."""
+    import ray
+
+    from orchestrator import cli as cli_module
+
+    def init(*args, **kwargs):
+        raise RuntimeError("TEST GUARD: ray.init was called")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # main() appends the cwd
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = cli_module.main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["coevo", *args], code, out, err)
+
+    return run
+
+
 def _assert_config_error(proc: subprocess.CompletedProcess) -> str:
     assert "TEST GUARD" not in proc.stderr, f"Ray was started:\n{proc.stderr}"
     assert proc.returncode == 2, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -93,21 +121,21 @@ def test_help(coevo) -> None:
     assert "--resume" in proc.stdout and "--output-dir" in proc.stdout
 
 
-def test_unknown_key_lists_accepted_keys(coevo) -> None:
-    err = _assert_config_error(coevo("run", "algorithm.lrr=1"))
+def test_unknown_key_lists_accepted_keys(cli) -> None:
+    err = _assert_config_error(cli("run", "algorithm.lrr=1"))
     assert "algorithm.lrr" in err
     for accepted in ("lr", "clip_eps", "kl_coef", "advantage"):
         assert accepted in err
 
 
-def test_unknown_section(coevo) -> None:
-    err = _assert_config_error(coevo("run", "algorythm.lr=1"))
+def test_unknown_section(cli) -> None:
+    err = _assert_config_error(cli("run", "algorythm.lr=1"))
     assert "algorythm" in err
     assert "algorithm" in err.replace("algorythm", "")  # the accepted sections are listed
 
 
-def test_bad_value_names_key(coevo) -> None:
-    err = _assert_config_error(coevo("run", "rollout.temperature=-1"))
+def test_bad_value_names_key(cli) -> None:
+    err = _assert_config_error(cli("run", "rollout.temperature=-1"))
     assert "rollout.temperature" in err
 
 
@@ -116,22 +144,22 @@ def test_missing_config_file(coevo) -> None:
     assert "no_such_config.yaml" in err
 
 
-def test_missing_dataset_file(coevo, tmp_path) -> None:
+def test_missing_dataset_file(cli, tmp_path) -> None:
     missing = tmp_path / "nowhere" / "my_data.jsonl"
-    err = _assert_config_error(coevo("run", f"data.path={missing}", "data.task=null"))
+    err = _assert_config_error(cli("run", f"data.path={missing}", "data.task=null"))
     assert "my_data.jsonl" in err
 
 
-def test_unimportable_reward_module(coevo) -> None:
+def test_unimportable_reward_module(cli) -> None:
     err = _assert_config_error(
-        coevo("run", "rewards=[{name: mine, fn: 'no_such_reward_module_xyz:score'}]"))
+        cli("run", "rewards=[{name: mine, fn: 'no_such_reward_module_xyz:score'}]"))
     assert "no_such_reward_module_xyz" in err
 
 
-def test_missing_reward_function_in_cwd_module(coevo, tmp_path) -> None:
+def test_missing_reward_function_in_cwd_module(cli, tmp_path) -> None:
     """A module in the working directory is found (as in the README); a missing attribute is named."""
     (tmp_path / "my_rewards_cli.py").write_text("def score(prompt, response, answer, **_):\n    return 1.0\n")
-    err = _assert_config_error(coevo("run", "rewards=[{name: mine, fn: 'my_rewards_cli:nope'}]"))
+    err = _assert_config_error(cli("run", "rewards=[{name: mine, fn: 'my_rewards_cli:nope'}]"))
     assert "my_rewards_cli" in err and "nope" in err
     assert "cannot import" not in err  # the module itself imported from the cwd
 
@@ -183,10 +211,10 @@ def _finished_run(run_dir: Path) -> str:
     return summary
 
 
-def test_resume_of_a_finished_run_starts_nothing(coevo, tmp_path) -> None:
+def test_resume_of_a_finished_run_starts_nothing(cli, tmp_path) -> None:
     run_dir = tmp_path / "done"
     summary = _finished_run(run_dir)
-    err = _assert_config_error(coevo("run", "--resume", "--output-dir", str(run_dir)))
+    err = _assert_config_error(cli("run", "--resume", "--output-dir", str(run_dir)))
     assert "finished run" in err and "train.max_steps=N (N > 6)" in err
     assert (run_dir / "summary.json").read_text() == summary
     assert (run_dir / "config.yaml").read_text().endswith("train: {max_steps: 6}\n")  # not rewritten
@@ -203,15 +231,15 @@ def test_rerunning_a_saved_config_starts_a_new_run(coevo, tmp_path) -> None:
     assert [p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()] == ["grpo"]
 
 
-def test_hub_id_model_path_stops_before_ray(coevo) -> None:
-    err = _assert_config_error(coevo("run", "model.path=Qwen/Qwen2.5-0.5B"))
+def test_hub_id_model_path_stops_before_ray(cli) -> None:
+    err = _assert_config_error(cli("run", "model.path=Qwen/Qwen2.5-0.5B"))
     assert "does not fetch" in err and "download the model to a directory first" in err
 
 
-def test_a_directory_that_is_not_a_model_stops_before_ray(coevo, tmp_path) -> None:
+def test_a_directory_that_is_not_a_model_stops_before_ray(cli, tmp_path) -> None:
     (tmp_path / "notamodel").mkdir()
     (tmp_path / "notamodel" / "config.json").write_text('{"model_type": "qwen2"}')
-    err = _assert_config_error(coevo("run", f"model.path={tmp_path / 'notamodel'}"))
+    err = _assert_config_error(cli("run", f"model.path={tmp_path / 'notamodel'}"))
     assert "notamodel" in err and "holds no model weights" in err
 
 

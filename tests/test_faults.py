@@ -54,13 +54,14 @@ def check_no_loss(run_dir, steps: int, rows_per_step: int = 32) -> None:
 def test_killed_generator_and_verifier_replicas_lose_nothing(ray_env, warm_cache, tmp_path) -> None:
     mark = uuid.uuid4().hex
     run_dir = tmp_path / "run"
-    steps = 45
+    steps = 20  # room for two kills of each role, 4 steps apart, and steps after the last
     proc = start(small(warm_cache, f"train.max_steps={steps}", f"train.eval_every={steps}", "train.dump_rollouts=true",
                        "--output-dir", str(run_dir)), {**ray_env, MARK: mark}, tmp_path)
     killed = {"Generator": 0, "Verifier": 0}
 
     def killer():
-        for i, cls in enumerate(["Generator", "Verifier"] * 5):
+        # twice each: the second kill hits a replica Ray already restarted once
+        for i, cls in enumerate(["Generator", "Verifier"] * 2):
             target = 3 + 4 * i
             while steps_logged(run_dir) < target and proc.poll() is None:
                 threading.Event().wait(0.05)
@@ -75,15 +76,24 @@ def test_killed_generator_and_verifier_replicas_lose_nothing(ray_env, warm_cache
     out = finish(proc, 400)
     thread.join(timeout=5)
     assert proc.returncode == 0, out[-6000:]
-    assert killed == {"Generator": 5, "Verifier": 5}, killed
+    assert killed == {"Generator": 2, "Verifier": 2}, killed
     check_no_loss(run_dir, steps)
     last = read_metrics(run_dir)[-1]
-    assert last["role/generator/failures"] >= 5 and last["role/verifier/failures"] >= 5
+    assert last["role/generator/failures"] >= 2 and last["role/verifier/failures"] >= 2
+
+
+def checkpoint_steps(run_dir) -> list[int]:
+    """Steps of the committed step_N checkpoints (a half-written one is a dot-dir)."""
+    return sorted(int(p.name[len("step_"):]) for p in (run_dir / "checkpoints").glob("step_*"))
 
 
 @pytest.mark.slow
-def test_sigint_checkpoints_and_resume_matches_an_uninterrupted_run(ray_env, warm_cache, tmp_path) -> None:
-    args = small(warm_cache, "train.max_steps=8", "train.eval_every=4", "train.checkpoint_every=0",
+def test_sigint_then_a_killed_driver_resume_to_match_an_uninterrupted_run(ray_env, warm_cache, tmp_path) -> None:
+    """One run, interrupted twice: SIGINT checkpoints at once (no periodic checkpoints yet) and says
+    how to resume; the resumed run, killed outright after a periodic checkpoint and a step past it
+    (the driver and its embedded cluster, no goodbye), resumes from that checkpoint. The result
+    matches an uninterrupted run step for step, with no sample lost or trained on twice."""
+    args = small(warm_cache, "train.max_steps=12", "train.eval_every=4", "train.checkpoint_every=0",
                  "train.dump_rollouts=true")
     reference = tmp_path / "reference"
     coevo([*args, "--output-dir", str(reference)], ray_env, tmp_path)
@@ -98,36 +108,30 @@ def test_sigint_checkpoints_and_resume_matches_an_uninterrupted_run(ray_env, war
     assert "resume with:  coevo run --resume --output-dir" in out
     stopped_at = steps_logged(run_dir)
     state = json.loads((run_dir / "checkpoints" / f"step_{stopped_at}" / "loop_state.json").read_text())
-    assert state["step"] == stopped_at < 8
+    assert state["step"] == stopped_at < 12 and checkpoint_steps(run_dir) == [stopped_at]
 
-    out = coevo(["--resume", "--output-dir", str(run_dir)], ray_env, tmp_path)
+    # resumed with periodic checkpoints, then killed after one of them and a step past it
+    proc = start(["--resume", "--output-dir", str(run_dir), "train.checkpoint_every=2"], ray_env, tmp_path)
+
+    def past_a_new_checkpoint() -> bool:
+        newest = checkpoint_steps(run_dir)[-1]
+        return newest > stopped_at and steps_logged(run_dir) > newest
+
+    wait_for(past_a_new_checkpoint, 180, "a checkpoint of the resumed run and a step after it", proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the embedded cluster it started, no goodbye
+    out = finish(proc, 30)
     assert f"from step_{stopped_at}" in out
+    logged = steps_logged(run_dir)
+    out = coevo(["--resume", "--output-dir", str(run_dir)], ray_env, tmp_path)
+    assert "from step_" in out and f"from step_{stopped_at}" not in out
     rows = read_metrics(run_dir)
-    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert [r["step"] for r in rows] == list(range(1, 13)), f"{logged} logged before the kill"
     for got, want in zip(rows, expected):
         for key in DETERMINISTIC:
             assert got.get(key) == pytest.approx(want.get(key), abs=1e-6), (got["step"], key)
         # greedy held-out decoding: a near-tie between two tokens may flip under CPU float reordering
         # (seen once in ~10 runs), so allow one of the 32 held-out answers
         assert got.get("eval/accuracy") == pytest.approx(want.get("eval/accuracy"), abs=1 / 32 + 1e-6), got["step"]
-    check_no_loss(run_dir, 8)
-
-
-@pytest.mark.slow
-def test_a_killed_driver_resumes_from_its_last_checkpoint(ray_env, warm_cache, tmp_path) -> None:
-    run_dir = tmp_path / "run"
-    args = small(warm_cache, "train.max_steps=12", "train.eval_every=6", "train.checkpoint_every=3",
-                 "train.dump_rollouts=true", "--output-dir", str(run_dir))
-    proc = start(args, ray_env, tmp_path)
-    wait_for(lambda: (run_dir / "checkpoints" / "step_6").is_dir() and steps_logged(run_dir) >= 7, 180,
-             "a checkpoint and a step after it", proc)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the embedded cluster it started, no goodbye
-    finish(proc, 30)
-    logged = steps_logged(run_dir)
-    out = coevo(["--resume", "--output-dir", str(run_dir)], ray_env, tmp_path)
-    assert "from step_" in out
-    rows = read_metrics(run_dir)
-    assert [r["step"] for r in rows] == list(range(1, 13)), f"{logged} logged before the kill"
     check_no_loss(run_dir, 12)
 
 

@@ -1,9 +1,10 @@
 """`coevo run` as a Ray job, exactly as the README shows it: `ray start --head`, then
 `ray job submit --working-dir . -- coevo run ...`.
 
-The cluster is private to the test: loopback only, free ports, its own short `--temp-dir`, token
-auth with a throwaway token that both `ray start` and `ray job submit` get through the environment
-(`RAY_AUTH_MODE=token`, `RAY_AUTH_TOKEN`), so nothing reads or writes ~/.ray/auth_token.
+The cluster is private to this module (one head node: a `ray start` costs ~10 s):
+loopback only, free ports, its own short `--temp-dir`, token auth with a throwaway token that both
+`ray start` and `ray job submit` get through the environment (`RAY_AUTH_MODE=token`,
+`RAY_AUTH_TOKEN`), so nothing reads or writes ~/.ray/auth_token.
 It is stopped by PID, never with `ray stop` (which would stop every Ray cluster on the machine):
 `ray start --block` stays in the foreground and takes its processes down on SIGTERM; whatever
 still carries the test's marker variable afterwards is killed by PID.
@@ -63,7 +64,7 @@ def _marked_processes(mark: str) -> list:
     return found
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A head node on 127.0.0.1; yields (dashboard URL, env for the Ray CLI, temp dir)."""
     temp = tempfile.mkdtemp(prefix="coevo-", dir="/tmp")  # short: Unix socket paths are limited
@@ -114,38 +115,6 @@ def ray_cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-@pytest.mark.slow
-def test_coevo_run_as_ray_job(ray_cluster, tmp_path) -> None:
-    url, env, temp = ray_cluster
-    # Token auth is really on: the dashboard refuses a request without the token.
-    assert _http_status(f"{url}/api/version") in (401, 403)
-
-    run_dir = tmp_path / "job-run"
-    submit = [str(BIN / "ray"), "job", "submit", "--address", url, "--working-dir", str(REPO), "--",
-              "coevo", "run", "warmup.enabled=false", "train.max_steps=2", "train.eval_every=2",
-              "rollout.prompts_per_step=8", "rollout.samples_per_prompt=4", "data.eval_size=32",
-              "train.threads=1", "--output-dir", str(run_dir)]
-    proc = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    logs = proc.stdout + proc.stderr
-    assert proc.returncode == 0, logs[-6000:]
-    # `ray job submit` tails the job's logs until it ends: the driver joined the cluster and finished.
-    assert "joined Ray cluster" in logs
-    assert "run directory" in logs and str(run_dir) in logs
-    assert "succeeded" in logs
-
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-    assert [r["step"] for r in rows] == [1, 2]
-    assert (run_dir / "checkpoints" / "final" / "policy_learner" / "config.json").is_file()
-
-    # The working directory the job ran in holds the code and none of the ignored bulk.
-    unpacked = [p for p in temp.glob("session_*/runtime_resources/working_dir_files/*") if p.is_dir()]
-    assert unpacked, "no unpacked working_dir found"
-    for wd in unpacked:
-        assert (wd / "orchestrator" / "cli.py").is_file()
-        for ignored in ("runs", ".venv", ".git", "coevo.egg-info"):
-            assert not (wd / ignored).exists(), f"{ignored} was uploaded with the working dir"
-
-
 def test_working_dir_upload_honours_gitignore(tmp_path) -> None:
     """Ray packs `--working-dir` skipping .gitignore matches: the repo's .gitignore keeps run
     directories, virtual environments and caches out of the upload (checked offline with Ray's own
@@ -178,10 +147,13 @@ def _job(env, url, *args, timeout=300, check=True) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-def test_ray_job_stop_checkpoints_and_a_new_job_resumes(ray_cluster, tmp_path) -> None:
-    """`ray job stop` (SIGTERM) saves a checkpoint and says how to resume; a relative output path
-    inside a job is refused (the job's working directory is a temporary copy)."""
+def test_coevo_run_as_ray_job_stopped_and_resumed_by_a_new_job(ray_cluster, tmp_path) -> None:
+    """`coevo run` as a job: `ray job stop` (SIGTERM) saves a checkpoint and says how to resume, and a
+    new job resumes it to the end; a relative output path inside a job is refused (the job's working
+    directory is a temporary copy), and the uploaded working directory holds no ignored bulk."""
     url, env, temp = ray_cluster
+    # Token auth is really on: the dashboard refuses a request without the token.
+    assert _http_status(f"{url}/api/version") in (401, 403)
     common = ["warmup.enabled=false", "rollout.prompts_per_step=8", "rollout.samples_per_prompt=4",
               "data.eval_size=32", "train.threads=1", "train.eval_every=50", "train.checkpoint_every=0"]
     refused = _job(env, url, "submit", "--working-dir", str(REPO), "--", "coevo", "run", *common,
@@ -206,7 +178,21 @@ def test_ray_job_stop_checkpoints_and_a_new_job_resumes(ray_cluster, tmp_path) -
     steps = len((run_dir / "metrics.jsonl").read_text().splitlines())
     assert (run_dir / "checkpoints" / f"step_{steps}" / "loop_state.json").is_file()
 
-    _job(env, url, "submit", "--working-dir", str(REPO), "--", "coevo", "run", "--resume", "--output-dir",
-         str(run_dir), f"train.max_steps={steps + 2}")
+    resumed = _job(env, url, "submit", "--working-dir", str(REPO), "--", "coevo", "run", "--resume", "--output-dir",
+                   str(run_dir), f"train.max_steps={steps + 2}")
+    logs = resumed.stdout + resumed.stderr
+    # `ray job submit` tails the job's logs until it ends: the driver joined the cluster and finished.
+    assert "joined Ray cluster" in logs
+    assert "run directory" in logs and str(run_dir) in logs
+    assert "succeeded" in logs
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
     assert [r["step"] for r in rows] == list(range(1, steps + 3))
+    assert (run_dir / "checkpoints" / "final" / "policy_learner" / "config.json").is_file()
+
+    # The working directories the jobs ran in hold the code and none of the ignored bulk.
+    unpacked = [p for p in temp.glob("session_*/runtime_resources/working_dir_files/*") if p.is_dir()]
+    assert unpacked, "no unpacked working_dir found"
+    for wd in unpacked:
+        assert (wd / "orchestrator" / "cli.py").is_file()
+        for ignored in ("runs", ".venv", ".git", "coevo.egg-info"):
+            assert not (wd / ignored).exists(), f"{ignored} was uploaded with the working dir"

@@ -1,11 +1,15 @@
 """Pool faults on one small in-process Ray cluster: a weight update a replica rejects, a replica that
-hangs without dying, and the verifier statistics the driver holds across replica restarts, retries
-and checkpoints."""
+hangs without dying, a replica killed between calls (every death is counted, also one Ray repairs
+before the next call), and the verifier statistics the driver holds across replica restarts,
+retries and checkpoints."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -98,6 +102,35 @@ def test_work_that_hangs_twice_is_a_clear_error(cluster) -> None:
     assert "role 'generator' (Worker): work on replica" in msg
     assert "no answer within roles.generator.timeout_s=2s for the second time (retried once)" in msg
     assert sum(r.failures for r in pool.replicas) == 2  # each replica timed out once: no third try
+
+
+# ---- a replica killed between calls -------------------------------------------------------------
+def test_a_replica_killed_between_calls_is_counted(cluster) -> None:
+    from ray._private.state import actors
+
+    from orchestrator.config import load_config
+
+    pool = Pool("verifier", RoleSpec("actors.verifier:Verifier", kind="verifier", num_cpus=0), load_config(None, []))
+    actor_id = pool.replicas[0].handle._actor_id.hex()
+
+    async def kill_between_calls() -> None:
+        await pool.ready()
+        pid = actors(actor_id)["Pid"]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + BOUND_S  # Ray restarts it: a new process, the Verifier built again
+        while time.monotonic() < deadline:
+            info = actors(actor_id)
+            if info["State"] == "ALIVE" and info["Pid"] not in (0, pid):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail(f"the killed replica was not restarted: {actors(actor_id)['State']}")
+        assert await pool.call("ping", table=False) == 0  # served by the restarted replica, no error
+
+    run(kill_between_calls())
+    assert pool.replicas[0].failures == 0  # no call saw the death ...
+    assert pool.failures() == 1  # ... and it is counted all the same
+    pool.shutdown()
 
 
 # ---- 8: verifier statistics held by the driver -----------------------------------------------------

@@ -1,5 +1,6 @@
 """The co-evolving recipes end to end, small: `reward_model` from a file of pairs (its checkpoint
-loads with transformers), a saved reward model as a reward source of GRPO, `cooper` (two learners,
+loads with transformers), a saved reward model as a reward source of GRPO (whose checkpoint holds
+that frozen model and the KL reference: a resume needs neither's source), `cooper` (two learners,
 two weight channels, one reward-model version per batch) and `prime` (dense token rewards)."""
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ def test_reward_model_from_pairs_then_as_a_reward_source(ray_env, warm_cache, tm
         logits = model(**tok(["3+4=7", "3+4=8"], return_tensors="pt", add_special_tokens=False)).logits
     assert logits.shape == (2, 1) and torch.isfinite(logits).all()
 
-    # ... and a reward source of any recipe, beside a verifier
+    # ... and a reward source of any recipe, beside a verifier (with a KL reference, so that the
+    # checkpoint holds both kinds of frozen model, below)
     run_dir = tmp_path / "grpo"
     coevo(small(warm_cache, f"rewards=[{{name: rm, model: '{final}'}}, {{name: correct, fn: integer_match, weight: 0}}]",
-                "train.max_steps=2", "train.eval_every=2", "train.dump_rollouts=true", "--output-dir", str(run_dir)),
-          ray_env, tmp_path)
+                "algorithm.kl_coef=0.01", "train.checkpoint_every=1", "train.max_steps=2", "train.eval_every=2",
+                "train.dump_rollouts=true", "--output-dir", str(run_dir)), ray_env, tmp_path)
     import pandas as pd
 
     dump = pd.read_parquet(run_dir / "rollouts" / "step_2.parquet")
@@ -56,6 +58,32 @@ def test_reward_model_from_pairs_then_as_a_reward_source(ray_env, warm_cache, tm
     assert (dump["reward"] - dump["reward.rm"]).abs().max() < 1e-5  # the verifier only logs (weight 0)
     assert dump["reward_model_version"].eq(0).all()  # a frozen reward model stays at version 0
     assert "eval/accuracy" in read_metrics(run_dir)[-1]
+    resume_needs_no_cache(run_dir, rm_dir, ray_env, tmp_path)
+
+
+def resume_needs_no_cache(run_dir, rm_dir, ray_env, tmp_path) -> None:
+    """The frozen reward model and the KL reference live in the checkpoint (hard links, not copies):
+    a resume needs neither the reward model's own directory (a cache another run may delete) nor the
+    run's copies."""
+    import os
+    import shutil
+
+    from transformers import AutoConfig
+
+    final = run_dir / "checkpoints" / "final"
+    assert AutoConfig.from_pretrained(final / "frozen" / "reward_models" / "rm") is not None
+    assert AutoConfig.from_pretrained(final / "references" / "policy_learner") is not None
+    weights = next((final / "frozen" / "reward_models" / "rm").glob("*.safetensors"))
+    assert os.stat(weights).st_ino == os.stat(run_dir / "frozen" / "reward_models" / "rm" / weights.name).st_ino
+    shutil.rmtree(rm_dir)
+    shutil.rmtree(run_dir / "frozen")  # and the run's own copies: the checkpoint alone must do
+    shutil.rmtree(run_dir / "policy_learner_reference")
+    out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=3"], ray_env, tmp_path)
+    assert "from final" in out
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
+    final = run_dir / "checkpoints" / "final"  # the resumed run's checkpoints are complete too
+    assert (final / "frozen" / "reward_models" / "rm" / "config.json").is_file()
+    assert (final / "references" / "policy_learner" / "config.json").is_file()
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Self-rewarding pieces: the judge (parse failures are nulls with a reason), CREAM's consistency,
 and the recipes end to end, small: self_rewarding resumed in the middle of an iteration continues
-that iteration; LaSeR's self-reward reaches the learner; Co-Reward's paired prompts stay paired."""
+that iteration; LaSeR's self-reward reaches the learner; Co-Reward's paired prompts stay paired
+(on the self-judged GRPO run)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_pat
 
 
 @pytest.mark.slow
-def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) -> None:
+def test_laser_self_reward(ray_env, warm_cache, tmp_path) -> None:
     laser = tmp_path / "laser"
     laser_args = ["recipe=laser", "rewards=[{name: correct, fn: integer_match}, {name: self, laser: true, weight: 0}]",
                   "aggregate={fill: {correct: self}}", "verifier.fraction=0.5", "verifier.accuracy_source=correct",
@@ -118,29 +119,20 @@ def test_laser_self_reward_and_co_reward_pairs(ray_env, warm_cache, tmp_path) ->
     # the reward of an unlabelled sample is its self-reward
     assert np.allclose(dump.loc[unlabelled, "reward"], dump.loc[unlabelled, "reward.self"], atol=1e-6)
 
-    co = tmp_path / "co"
-    coevo(small(warm_cache, "data.analogs=commuted", "rewards=[{name: co, fn: co_reward, group_by: pair_id}, "
-                "{name: correct, fn: integer_match, weight: 0}]", "verifier.accuracy_source=correct",
-                "train.max_steps=3", "train.eval_every=3", "train.dump_rollouts=true", "--output-dir", str(co)),
-          ray_env, tmp_path)
-    rows = read_metrics(co)
-    assert all(r["samples/lost"] == 0 for r in rows) and all(r["reward/co/errors"] == 0 for r in rows)
-    dump = pd.read_parquet(co / "rollouts" / "step_2.parquet")
-    twins = dump.groupby("pair_id")["prompt_id"].nunique()
-    assert (twins == 2).any()  # a question and its twin were sampled and scored together
-
 
 @pytest.mark.slow
 def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, warm_cache, tmp_path) -> None:
     """GRPO whose reward is the policy's own judgment reports how good the judge is, and flags
     hacking between evaluations. Run without the loopback switch in the environment: the embedded
-    cluster binds to 127.0.0.1 by itself."""
+    cluster binds to 127.0.0.1 by itself. The same run logs Co-Reward (weight 0) over commuted
+    question pairs: the paired prompts stay paired."""
     env = {k: v for k, v in ray_env.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     run_dir = tmp_path / "run"
-    out = coevo(small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
+    out = coevo(small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}, "
+                      "{name: co, fn: co_reward, group_by: pair_id, weight: 0}]", "data.analogs=commuted",
                       "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=4",
                       "judge.warmup_steps=4", "judge.warmup_resample=2", "judge.warmup_batch_size=8",
-                      "train.eval_every=2", "--output-dir", str(run_dir)), env, tmp_path)
+                      "train.eval_every=2", "train.dump_rollouts=true", "--output-dir", str(run_dir)), env, tmp_path)
     assert "started a local Ray cluster (2 CPUs, 127.0.0.1:" in out
     assert "judging warm-up: step 2/4" in out and "judging warm-up: step 4/4" in out  # re-drawn once
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -149,6 +141,13 @@ def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, w
     assert [r["step"] for r in evals] == [2, 4]
     assert all(0 <= r["eval/judge_score"] <= 1 and "eval/judge_auroc" in r for r in evals)
     assert "eval/hacking" not in evals[0] and evals[1]["eval/hacking"] in (0.0, 1.0)
+    rows = read_metrics(run_dir)
+    assert all(r["samples/lost"] == 0 for r in rows) and all(r["reward/co/errors"] == 0 for r in rows)
+    import pandas as pd
+
+    dump = pd.read_parquet(run_dir / "rollouts" / "step_2.parquet")
+    twins = dump.groupby("pair_id")["prompt_id"].nunique()
+    assert (twins == 2).any()  # a question and its twin were sampled and scored together
 
 
 def test_rank_quality_orders_within_prompts_and_reranks() -> None:

@@ -17,10 +17,20 @@ STEP_KEYS = ("step", "time_s", "reward/mean", "throughput/tokens_per_s", "time/g
 
 @pytest.mark.slow
 def test_grpo_run_writes_run_dir_and_resumes(ray_env, warm_cache, tmp_path) -> None:
+    """It starts in a directory a run left before its first checkpoint (Ctrl-C in the warm-up, a
+    failed start): the same command reuses it. The log (not a terminal) carries no transformers
+    progress bars or escape codes, and no Ray token-auth warning when RAY_AUTH_MODE is left unset."""
     run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("recipe: grpo\n")
+    (run_dir / "metrics.jsonl").write_text('{"step": 99}\n')
+    env = {k: v for k, v in ray_env.items() if k != "RAY_AUTH_MODE"}
     out = coevo(small(warm_cache, "train.max_steps=6", "train.eval_every=3", "train.checkpoint_every=2",
-                      "train.keep_checkpoints=2", "--output-dir", str(run_dir)), ray_env, tmp_path)
+                      "train.keep_checkpoints=2", "--output-dir", str(run_dir)), env, tmp_path)
     assert "run directory" in out
+    assert f"{run_dir} holds a run that stopped before its first checkpoint: starting it again there" in out
+    assert "Loading weights" not in out and "\x1b[" not in out, out[-3000:]
+    assert "Token authentication" not in out, out[-3000:]
 
     import yaml
 
@@ -79,24 +89,6 @@ def test_an_existing_run_directory_is_never_reused_silently(ray_env, warm_cache,
     proc = subprocess.run([*COEVO, "run", "--resume", "--output-dir", str(tmp_path / "empty")], cwd=tmp_path,
                           env=ray_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no checkpoint" in proc.stderr
-
-
-@pytest.mark.slow
-def test_a_directory_without_checkpoint_is_reused_and_logs_keep_to_coevo_lines(ray_env, warm_cache, tmp_path):
-    """A run that stopped before its first checkpoint (Ctrl-C in the warm-up, a failed start) leaves
-    a directory the same command reuses. The log (not a terminal) carries no transformers progress
-    bars or escape codes, and no Ray token-auth warning when RAY_AUTH_MODE is left unset."""
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "config.yaml").write_text("recipe: grpo\n")
-    (run_dir / "metrics.jsonl").write_text('{"step": 99}\n')
-    env = {k: v for k, v in ray_env.items() if k != "RAY_AUTH_MODE"}
-    out = coevo(small(warm_cache, "train.max_steps=2", "train.eval_every=2", "--output-dir", str(run_dir)),
-                env, tmp_path)
-    assert f"{run_dir} holds a run that stopped before its first checkpoint: starting it again there" in out
-    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]
-    assert "Loading weights" not in out and "\x1b[" not in out, out[-3000:]
-    assert "Token authentication" not in out, out[-3000:]
 
 
 REWARD_MODULE = '''
