@@ -190,14 +190,16 @@ def test_reward_code_cannot_kill_the_verifier_but_a_dead_learner_ends_the_run(ra
     assert [r["step"] for r in rows] == [1, 2] and all(r["reward/k/errors"] == 32 for r in rows)
 
     (tmp_path / "dying.py").write_text(DYING_ESTIMATOR)
+    # it dies again after its one restart (train.learner_restarts=1): the run ends with the error
     proc = subprocess.run([*COEVO, "run", *small(warm_cache, "warmup.enabled=false", "train.max_steps=3",
-                                                  "algorithm.advantage=dying:advantage"),
+                                                  "algorithm.advantage=dying:advantage", "train.learner_restarts=1"),
                            "--output-dir", str(tmp_path / "run2")],
                           cwd=tmp_path, env=ray_env, capture_output=True, text=True, timeout=180,
                           start_new_session=True)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "role 'policy_learner'" in last and "died" in last, proc.stderr[-3000:]
+    assert "restarting the run from the first step (no checkpoint yet)" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow
