@@ -42,11 +42,13 @@ def record(setting: str, seed: int, run: dict) -> dict:
             "eval_curve": run.get("eval_curve")}
 
 
-def spread(values: list) -> str:
+def spread(values: list, digits: int = 1) -> str:
+    """median (min-max); integers stay integers."""
     vals = [v for v in values if v is not None]
     if not vals:
         return "-"
-    digits = 3 if max(abs(v) for v in vals) < 2 else 1
+    if all(isinstance(v, int) for v in vals):
+        digits = 0
     return f"{statistics.median(vals):.{digits}f} ({min(vals):.{digits}f}-{max(vals):.{digits}f})"
 
 
