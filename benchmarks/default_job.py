@@ -9,6 +9,7 @@ prints a table with median and range and writes benchmarks/results/default_job[_
     python benchmarks/default_job.py                                   # the default, seeds 0-2
     python benchmarks/default_job.py --setting lr3e-4="algorithm.lr=3e-4" --setting now=""
     python benchmarks/default_job.py --seeds 0 -- train.stop_at_accuracy=null train.max_steps=200
+    python benchmarks/default_job.py --merge results/default_job_seed1.json results/default_job_seed2.json
 
 With several `--setting NAME="OVERRIDES"`, the runs are interleaved (for each seed, every setting),
 so that a change of the machine's load hits all settings alike. Overrides after `--` apply to all.
@@ -54,18 +55,41 @@ def spread(values: list, digits: int = 1) -> str:
 
 def table(rows: list[dict]) -> str:
     """Per setting: each seed's warm start -> end, then medians and ranges."""
-    lines = ["| setting | warm start -> end, per seed | lift (min) | GRPO steps | warm-up steps | wall s | "
+    lines = ["| setting | seed: warm start -> end | lift, median (min) | GRPO steps | warm-up steps | wall s | "
              "load avg (1 min) |", "|---|---|---:|---:|---:|---:|---:|"]
     for name in dict.fromkeys(r["setting"] for r in rows):
         mine = sorted((r for r in rows if r["setting"] == name), key=lambda r: r["seed"])
         fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-        per_seed = " / ".join(f"{fmt(r['warm_start_accuracy'])} -> {fmt(r['final_accuracy'])}" for r in mine)
+        per_seed = " / ".join(f"{r['seed']}: {fmt(r['warm_start_accuracy'])} -> {fmt(r['final_accuracy'])}"
+                              for r in mine)
         lifts = [r["lift"] for r in mine if r["lift"] is not None]
         lift = f"{statistics.median(lifts):.3f} ({min(lifts):.3f})" if lifts else "-"
         lines.append(f"| {name or 'default'} | {per_seed} | {lift} | {spread([r['grpo_steps'] for r in mine])} | "
                      f"{spread([r['warmup_steps'] for r in mine])} | {spread([r['wall_s'] for r in mine])} | "
                      f"{spread([r['load_avg_before'][0] for r in mine])} |")
     return "\n".join(lines)
+
+
+def write(label: str | None, report: dict) -> Path:
+    out = RESULTS / (f"default_job_{label}.json" if label else "default_job.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"\nwrote {out}", file=sys.stderr)
+    return out
+
+
+def merge(paths: list[Path], label: str | None) -> int:
+    """One report from several (e.g. one invocation per seed): the runs side by side, each file's
+    own argv and machine kept."""
+    reports = [json.loads(p.read_text()) for p in paths]
+    rows = [r for rep in reports for r in rep["runs"]]
+    md = table(rows)
+    print(md)
+    write(label, {"benchmark": "default_job", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "merged_from": [{"file": p.name, "argv": rep["argv"], "created": rep["created"],
+                                   "machine": rep["machine"]} for p, rep in zip(paths, reports)],
+                  "min_lift": LIFT, "table_markdown": md, "runs": rows})
+    return 0 if all(r["lift"] is not None and r["lift"] >= LIFT for r in rows) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", help="results file suffix: default_job_<label>.json")
     p.add_argument("--timeout", type=float, default=900, help="per-run limit, seconds")
     p.add_argument("--interval", type=float, default=0.5, help="memory sampling period, seconds")
+    p.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                   help="run nothing: combine the runs of these result files into one (--label names it)")
     p.add_argument("overrides", nargs="*", help="coevo run overrides for every setting")
     args = p.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.label)
     settings = {}
     for item in args.setting or ["="]:
         name, sep, overrides = item.partition("=")
@@ -96,13 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"load {r['load_avg_before'][0]:.1f}", file=sys.stderr, flush=True)
     md = table(rows)
     print(md)
-    out = RESULTS / (f"default_job_{args.label}.json" if args.label else "default_job.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    write(args.label, {
         "benchmark": "default_job", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": sys.argv[1:], "settings": settings, "overrides": args.overrides, "min_lift": LIFT,
-        "machine": machine_info(), "table_markdown": md, "runs": rows}, indent=1, default=str))
-    print(f"\nwrote {out}", file=sys.stderr)
+        "machine": machine_info(), "table_markdown": md, "runs": rows})
     ok = all(r["lift"] is not None and r["lift"] >= LIFT for r in rows)
     return 0 if ok else 1
 
