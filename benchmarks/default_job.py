@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             p.error(f"--setting {item!r}: expected NAME=\"KEY=VALUE ...\" (NAME= for no overrides)")
         settings[name] = shlex.split(overrides)
-    rows = []
+    rows, machine = [], machine_info()
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, overrides in settings.items():
             run = run_once(len(rows) + 1, [f"seed={seed}", *overrides, *args.overrides], args.interval, None,
@@ -122,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{name or 'default'} seed {seed}] warm start {r['warm_start_accuracy']} -> "
                   f"{r['final_accuracy']} in {r['grpo_steps']} GRPO steps; {r['wall_s']:.1f} s, "
                   f"load {r['load_avg_before'][0]:.1f}", file=sys.stderr, flush=True)
-    md = table(rows)
+            md = table(rows)  # written after every run: a long benchmark cut short keeps what it measured
+            write(args.label, {
+                "benchmark": "default_job", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "argv": sys.argv[1:], "settings": settings, "overrides": args.overrides, "min_lift": LIFT,
+                "machine": machine, "table_markdown": md, "runs": rows})
     print(md)
-    write(args.label, {
-        "benchmark": "default_job", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "argv": sys.argv[1:], "settings": settings, "overrides": args.overrides, "min_lift": LIFT,
-        "machine": machine_info(), "table_markdown": md, "runs": rows})
     ok = all(r["lift"] is not None and r["lift"] >= LIFT for r in rows)
     return 0 if ok else 1
 
