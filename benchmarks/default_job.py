@@ -39,7 +39,8 @@ def record(setting: str, seed: int, run: dict) -> dict:
             "grpo_steps": run.get("steps"), "warmup_steps": run.get("warmup_steps"),
             "wall_s": run["wall_s"], "warmup_s": run.get("warmup_s"), "grpo_s": run.get("grpo_s"),
             "load_avg_before": run["load_avg_before"], "load_avg_after": run["load_avg_after"],
-            "cpu_s_other_processes": run["cpu_s_other_processes"], "error": run.get("error"),
+            "cpu_s_run_tree": run["cpu_s_run_tree"], "cpu_s_other_processes": run["cpu_s_other_processes"],
+            "error": run.get("error"),
             "eval_curve": run.get("eval_curve")}
 
 
