@@ -335,7 +335,8 @@ def _read_run(summary_path: Path, metrics_path: Path) -> dict:
             "grpo_step_s_sum": step_s, "grpo_eval_s_sum": eval_s,
             "grpo_samples": samples, "grpo_samples_per_s": samples / step_s if step_s else None,
             "steps": s.get("steps"), "warmup_steps": s.get("warmup/steps"),
-            "warmup_accuracy": s.get("warmup/accuracy"), "final_accuracy": acc,
+            "warmup_accuracy": s.get("warmup/accuracy"), "warm_start_accuracy": s.get("warm_start/accuracy"),
+            "final_accuracy": acc,
             "reached_target": acc is not None and acc >= TARGET,
             "first_step_at_target": first_hit and first_hit["step"],
             "grpo_stage_time_s": stage_means, "eval_curve": curve}

@@ -152,10 +152,25 @@ def _check_generation_config(path: Path) -> None:
                           "top_p and top_k only, and its learner cannot reproduce these; remove them from that file")
 
 
+def held_out_text(summary: dict) -> str:
+    """The held-out results of a run's summary; accuracy beside the warm start's, which a stage
+    measured the same way (greedy decoding, the same held-out prompts)."""
+    parts = []
+    acc, warm = summary.get("eval/accuracy"), summary.get("warm_start/accuracy")
+    if acc is not None:
+        at = f" (step {summary['eval/step']})" if summary.get("eval/step") is not None else ""
+        prompts = f" on {summary['eval/prompts']} prompts" if summary.get("eval/prompts") else ""
+        start = (f"{warm:.3f} (warm start, after the {summary.get('warm_start/stage', 'warm-up')}) -> "
+                 if warm is not None else "")
+        parts.append(f"held-out greedy accuracy{prompts} {start}{acc:.3f}{at}")
+    if summary.get("eval/pair_accuracy") is not None:
+        parts.append(f"held-out pair accuracy {summary['eval/pair_accuracy']:.3f}")
+    return "; ".join(parts) or "no evaluation"
+
+
 def _report(summary: dict) -> None:
     run_dir = summary["run_dir"]
-    evals = "; ".join(f"held-out {k[5:].replace('_', ' ')} {v:.3f}" for k, v in summary.items()
-                      if k in ("eval/accuracy", "eval/pair_accuracy") and v is not None) or "no evaluation"
+    evals = held_out_text(summary)
     stopped = summary.get("stopped_by")
     head = f"stopped by {stopped} after" if stopped else "done:"
     print(f"\n{head} {summary['steps']} steps in {summary['time/total_s']:.1f}s "

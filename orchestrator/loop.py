@@ -40,6 +40,7 @@ class RunContext:
     started: float = field(default_factory=time.perf_counter)
     offset_s: float = 0.0  # wall time of earlier sessions of a resumed run
     last_eval: dict = field(default_factory=dict)
+    last_eval_step: int | None = None  # the step of last_eval
     stop_requested: str | None = None  # set by SIGINT/SIGTERM: checkpoint and exit after this step
     rollouts: Any = None  # the recipe's batch source (orchestrator.rollouts.Rollouts for RL)
     versions: dict[str, int] = field(default_factory=dict)  # learner role -> its latest version
@@ -131,6 +132,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 mark = time.perf_counter()
                 row.update(await recipe.evaluate(ctx))
                 ctx.last_eval = {k: v for k, v in row.items() if k.startswith("eval/")}
+                ctx.last_eval_step = step
                 row["time/eval_s"] = time.perf_counter() - mark
             ctx.metrics.log(row)
             if row.get("eval/accuracy") is not None:

@@ -102,6 +102,9 @@ class Run:
             sources = Sources()
             pools, warm_info = await StageDriver(self, prompts, local).run_all(sources)
             self._reward_model_sources = dict(sources.reward_models)
+        # the held-out accuracy the loop starts from, kept in checkpoints for the summary of a resume
+        self._warm_start = (self.state.get("warm_start", {}) if self.state else
+                            {k: v for k, v in warm_info.items() if k.startswith("warm_start/")})
         if not nested and self._frozen is None:  # the run's own copies, stored in every checkpoint
             self._frozen = frozen.freeze(self.run_dir, None if self.recipe.policy else sources.policy,
                                          sources.reward_models)
@@ -147,9 +150,10 @@ class Run:
         summary = {"run_dir": str(self.run_dir), "steps": ctx.step, "final_checkpoint": str(final),
                    "stopped_by": stopped, "recipe": cfg.recipe,
                    "eval/accuracy": last.get("eval/accuracy", ctx.last_eval.get("eval/accuracy")),
+                   "eval/step": ctx.last_eval_step, "eval/prompts": prompts.eval.num_rows,
                    "time/total_s": time.perf_counter() - t_start, "time/ray_start_s": t_ray,
                    "time/warmup_s": t_warm, "time/train_s": t_rl, "plots": [str(p) for p in plots],
-                   **ctx.last_eval, **ctx.rollouts.accounting(), **warm_info}
+                   **ctx.last_eval, **ctx.rollouts.accounting(), **warm_info, **self._warm_start}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
@@ -201,13 +205,15 @@ class Run:
         state = {"step": ctx.step, "time_s": ctx.elapsed(), "sampler": ctx.sampler.state(),
                  "learners": learners, "versions": ctx.versions, "rollouts": snap, "held": held,
                  "frozen": self._frozen, "policy_source": self._policy_source,
-                 "reward_models": self._reward_model_sources, "recipe": self.config.recipe}
+                 "reward_models": self._reward_model_sources, "recipe": self.config.recipe,
+                 "warm_start": self._warm_start}
         return ckpt.commit(tmp, state, self.config.train.keep_checkpoints)
 
     _reward_model_sources: dict = {}
     _frozen: dict | None = None  # orchestrator.frozen's index of the run's frozen models
     _policy_source: str | None = None
     _pending_stop: str | None = None
+    _warm_start: dict = {}
 
     def request_stop(self, signame: str) -> None:
         """Stop after this step (or a stage's block), here and in a run nested in a stage."""

@@ -44,6 +44,9 @@ class StageDriver:
                             if role in self.pools:
                                 self.pools.pop(role).shutdown()
             info_all.update(stage.apply(cfg, sources, path, info))
+            accuracy = stage.policy_accuracy(info or {})
+            if accuracy is not None:  # the last stage that trained the policy: where the RL loop starts
+                info_all.update({"warm_start/accuracy": accuracy, "warm_start/stage": stage.label})
         for role in self.temporary:
             if role in self.pools:
                 self.pools.pop(role).shutdown()

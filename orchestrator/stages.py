@@ -67,6 +67,11 @@ class Stage:
         """Run the stage with the borrowed pools in `ctx`; save to `out_dir` with its marker; the info."""
         raise NotImplementedError
 
+    def policy_accuracy(self, info: dict) -> float | None:
+        """Held-out greedy accuracy of the policy this stage hands on (None: it does not train the
+        policy): the warm start the RL loop begins from when this is the last such stage."""
+        return info.get(f"{self.name}/accuracy_after")
+
     def apply(self, config, sources, out_dir: Path | None, info: dict) -> dict:
         """Point the sources at the stage's output; return the info that goes into the run's summary."""
         sources.policy = str(out_dir)

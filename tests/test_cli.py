@@ -252,6 +252,19 @@ def test_progress_line_shows_the_last_accuracy_between_evaluations() -> None:
     assert "acc 0.850" in line and "(step" not in line
 
 
+def test_the_final_line_puts_the_warm_start_beside_the_end() -> None:
+    from orchestrator.cli import held_out_text
+
+    summary = {"eval/accuracy": 0.915, "eval/step": 60, "eval/prompts": 200, "warm_start/accuracy": 0.58,
+               "warm_start/stage": "warm-up"}
+    assert held_out_text(summary) == ("held-out greedy accuracy on 200 prompts 0.580 (warm start, after the "
+                                      "warm-up) -> 0.915 (step 60)")
+    del summary["warm_start/accuracy"]  # no stage trained the policy (a recipe's own model)
+    assert held_out_text(summary) == "held-out greedy accuracy on 200 prompts 0.915 (step 60)"
+    assert held_out_text({"eval/accuracy": None, "eval/pair_accuracy": 0.75}) == "held-out pair accuracy 0.750"
+    assert held_out_text({}) == "no evaluation"
+
+
 def test_subtraction_jsonl_recipe_finds_its_reward_module(guard_dir) -> None:
     """`coevo run subtraction_jsonl` from the repository root, as the recipe table says, with no
     PYTHONPATH: every plug-in imports, so it gets as far as starting Ray (the guard's exit 99)."""

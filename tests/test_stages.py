@@ -39,8 +39,8 @@ class Counting(Stage):
     label = "counting stage"
     runs: list[str] = []
 
-    def __init__(self, name: str, fail: bool = False):
-        self.name, self.marker, self.fail = name, f"{name}.json", fail
+    def __init__(self, name: str, fail: bool = False, accuracy: float = 0.5):
+        self.name, self.marker, self.fail, self.accuracy = name, f"{name}.json", fail, accuracy
 
     def cache_path(self, config, sources) -> Path:
         return Path(config.warmup.cache_dir) / f"{self.name}-from-{Path(sources.policy or 'base').name}"
@@ -50,7 +50,7 @@ class Counting(Stage):
         if self.fail:
             raise KeyboardInterrupt  # as a Ctrl-C that ends the run inside this stage
         out_dir.mkdir(parents=True)
-        info = {f"{self.name}/accuracy_after": 0.5}
+        info = {f"{self.name}/accuracy_after": self.accuracy}
         (out_dir / self.marker).write_text(json.dumps(info))
         return info
 
@@ -61,7 +61,7 @@ def two_stage_run(tmp_path: Path, fail_second: bool) -> Run:
     class TwoStages(RECIPES.get("grpo")):
         @classmethod
         def stages(cls, config) -> list:
-            return [Counting("first"), Counting("second", fail=fail_second)]
+            return [Counting("first"), Counting("second", fail=fail_second, accuracy=0.6)]
 
     run = Run(cfg, tmp_path / "run", resume=False)
     run.recipe = TwoStages()
@@ -84,7 +84,9 @@ def test_stages_run_in_order_and_a_new_run_goes_on_from_the_unfinished_one(tmp_p
     assert Counting.runs == ["second"]  # the first stage is a cache hit
     assert "counting stage: using cached model" in capsys.readouterr().out
     assert sources.policy == str(tmp_path / "cache" / "second-from-first-from-base")  # each feeds the next
-    assert info == {"first/accuracy_after": 0.5, "second/accuracy_after": 0.5} and pools == {}
+    # the warm start is the last stage's accuracy, a cache hit or not
+    assert info == {"first/accuracy_after": 0.5, "second/accuracy_after": 0.6, "warm_start/accuracy": 0.6,
+                    "warm_start/stage": "counting stage"} and pools == {}
 
 
 def test_a_stage_that_needs_roles_nobody_declares_says_which(tmp_path) -> None:

@@ -50,6 +50,12 @@ def test_grpo_run_writes_run_dir_and_resumes(ray_env, warm_cache, tmp_path) -> N
     assert all(p.stat().st_size > 1000 for p in (run_dir / "plots").glob("*.png"))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["samples/lost"] == 0
+    # the warm start (the SFT warm-up's greedy held-out accuracy) is printed beside the end's
+    warm = summary["warm_start/accuracy"]
+    assert warm == summary["warmup/accuracy"] and summary["warm_start/stage"] == "warm-up"
+    assert summary["eval/step"] == 6 and summary["eval/prompts"] == 32
+    assert (f"held-out greedy accuracy on 32 prompts {warm:.3f} (warm start, after the warm-up) -> "
+            f"{summary['eval/accuracy']:.3f} (step 6)") in out
     # checkpoints: the newest two step_N kept, plus final; a half-written one would be a dot-dir
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert names == ["final", "step_4", "step_6"], names
@@ -73,6 +79,8 @@ def test_grpo_run_writes_run_dir_and_resumes(ray_env, warm_cache, tmp_path) -> N
     assert resumed[6]["version"] == 7 and resumed[6]["time_s"] > rows[-1]["time_s"]
     assert resumed[6]["samples/consumed"] == 32 * 7 and resumed[-1]["samples/lost"] == 0
     assert json.loads((run_dir / "checkpoints" / "final" / "loop_state.json").read_text())["step"] == 8
+    assert json.loads((run_dir / "summary.json").read_text())["warm_start/accuracy"] == warm  # from the checkpoint
+    assert f"{warm:.3f} (warm start, after the warm-up) -> " in out
 
 
 @pytest.mark.slow

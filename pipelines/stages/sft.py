@@ -37,6 +37,9 @@ class SFTWarmup(Stage):
     def cached_message(self, config, path: Path, info: dict) -> str:
         return f"warm-up: using cached model {path} (accuracy {info['warmup/accuracy']:.3f})"
 
+    def policy_accuracy(self, info: dict) -> float | None:
+        return info.get("warmup/accuracy")
+
     async def train(self, ctx, out_dir: Path, sources) -> dict:
         return await warm_up(ctx, out_dir)
 
