@@ -358,7 +358,7 @@ def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
 
     detail = re.search(r"Worker exit detail: (.+?\.)", text)
     return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
-            f"{detail.group(1) if detail else type(error).__name__}. The run cannot go on without it.")
+            f"{detail.group(1).rstrip('.') if detail else type(error).__name__}. The run cannot go on without it.")
 
 
 def build_pools(recipe_roles: dict[str, RoleSpec], config) -> dict[str, Pool]:

@@ -42,7 +42,7 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
     thread.join(timeout=5)
     assert proc.returncode == 0, out[-6000:]
     assert len(killed) == 2, (killed, out[-4000:])
-    assert "has died" in out
+    assert "has died" in out and ".. The run" not in out  # the exit detail ends the sentence once
     assert re.search(r"restarting the run from the first step \(no checkpoint yet\): steps 1-\d+ are redone; "
                      r"1 more restart\(s\) allowed", out), out[-4000:]
     assert re.search(r"restarting the run from its newest checkpoint, step_4: steps 5-\d+ are redone; "
