@@ -4,6 +4,7 @@ Other hosted objectives ride along the same forward passes (LaSeR's self-reward 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -217,8 +218,13 @@ class PolicyGradient(Objective):
 def estimate(estimator, rewards: torch.Tensor, groups: torch.Tensor, config) -> torch.Tensor:
     """An advantage estimator's output; one that takes a `config` keyword gets the run's config, so a
     recipe's own settings section can parametrise it (examples/pass_at_k.py)."""
+    return estimator(rewards, groups, config=config) if _takes_config(estimator) else estimator(rewards, groups)
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_config(estimator) -> bool:
+    """Once per estimator, not per step."""
     try:
-        takes_config = "config" in inspect.signature(estimator).parameters
+        return "config" in inspect.signature(estimator).parameters
     except (TypeError, ValueError):  # a builtin without a signature
-        takes_config = False
-    return estimator(rewards, groups, config=config) if takes_config else estimator(rewards, groups)
+        return False
