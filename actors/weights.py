@@ -23,10 +23,11 @@ class WeightMismatchError(ValueError):
     """A weight update does not fit the model it was sent to; nothing was loaded."""
 
 
-def export_state(model: torch.nn.Module, version: int) -> dict:
-    """The publishable payload: numpy arrays (the object store maps them zero-copy)."""
-    return {"version": int(version),
-            "state": {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}}
+def export_state(model: torch.nn.Module | dict, version: int) -> dict:
+    """The publishable payload of a model or a state dict: numpy arrays (the object store maps them
+    zero-copy)."""
+    state = model.state_dict() if isinstance(model, torch.nn.Module) else model
+    return {"version": int(version), "state": {k: v.detach().cpu().numpy() for k, v in state.items()}}
 
 
 def check_state(model: torch.nn.Module, state: dict[str, np.ndarray], where: str = "model") -> None:

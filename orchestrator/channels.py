@@ -19,7 +19,8 @@ class Channel:
     async def publish(self, version: int, wait: bool = True) -> None:
         """Publish the learner's weights at `version`. With `wait`, return once every replica holds
         them (strict on-policy); otherwise replicas take them between their requests."""
-        payload = getattr(self.learner.handles[0], self.method).remote()
+        # every rank of the learner takes part (a sharded model is gathered); the payload is not fetched
+        payload, _ = await self.learner.call(self.method + "_parts")
         for pool in self.targets:
             await pool.set_weights(version, payload, wait=wait)
         self.version = version

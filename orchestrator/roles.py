@@ -56,6 +56,7 @@ class RoleSpec:
     max_restarts: int = 10
     timeout_s: float | None | str = _KIND_DEFAULT  # None or 0: no limit
     resources: dict = field(default_factory=dict)  # Ray custom resources per replica
+    placement: str = "pack"  # a learner's ranks: placement-group strategy (pack / spread)
     # threads picked for overlapped stages rather than by the user: a phase that runs alone (the
     # SFT warm-up, before generation starts) may use every core
     shared_threads: bool = False
@@ -120,11 +121,8 @@ class Pool:
         remote = ray.remote(cls).options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
                                          resources=spec.resources or None,
                                          max_restarts=spec.max_restarts, max_task_retries=0)
-        self.replicas = [
-            Replica(remote.remote(config, *spec.args, role={"name": name, "replica": i, "threads": spec.threads,
-                                                           "alone_threads": 0 if spec.shared_threads else spec.threads,
-                                                           "num_gpus": spec.num_gpus}, **spec.kwargs), i)
-            for i in range(spec.replicas)]
+        self.replicas = [Replica(self._placed(remote, i).remote(config, *spec.args, role=self._role(i), **spec.kwargs), i)
+                         for i in range(spec.replicas)]
         self.version = 0
         self.weights: ray.ObjectRef | None = None  # the latest published payload, for restarted replicas
         self.fatal: BaseException | None = None
@@ -134,6 +132,16 @@ class Pool:
         self._changed = asyncio.Condition()
         self.calls = self.retries = 0
         self.created = time.perf_counter()
+
+    def _role(self, i: int) -> dict:
+        """What replica `i` is told about its role (its threads, its GPUs ...)."""
+        spec = self.spec
+        return {"name": self.name, "replica": i, "threads": spec.threads,
+                "alone_threads": 0 if spec.shared_threads else spec.threads, "num_gpus": spec.num_gpus}
+
+    def _placed(self, remote, i: int):
+        """Where replica `i` runs: anywhere Ray finds room (a learner's ranks: their placement group)."""
+        return remote
 
     @property
     def handles(self) -> list:
@@ -359,25 +367,3 @@ def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
     detail = re.search(r"Worker exit detail: (.+?\.)", text)
     return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
             f"{detail.group(1).rstrip('.') if detail else type(error).__name__}. The run cannot go on without it.")
-
-
-def build_pools(recipe_roles: dict[str, RoleSpec], config) -> dict[str, Pool]:
-    return {name: Pool(name, resolve(spec, config.roles.get(name), config), config)
-            for name, spec in recipe_roles.items()}
-
-
-async def ready(pools: dict) -> None:
-    """Every replica constructed; a constructor that fails is reported by role."""
-    try:
-        await asyncio.gather(*[p.ready() for p in pools.values()])
-    except ray.exceptions.RayActorError as e:
-        raise RoleError(startup_error(e)) from None
-
-
-def startup_error(e: BaseException) -> str:
-    import re
-
-    text = str(e)
-    init = re.search(r"ray::(\w+)\.__init__", text) or re.search(r"class_name: (\w+)", text)
-    cause = text.strip().splitlines()[-1]
-    return f"the {init.group(1) if init else 'an'} actor failed to start: {cause}"

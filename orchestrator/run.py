@@ -20,7 +20,8 @@ from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
-from orchestrator.roles import RoleError, build_pools, ready
+from orchestrator.pools import build_pools, ready
+from orchestrator.roles import RoleError
 from orchestrator.stage_driver import StageDriver
 
 
