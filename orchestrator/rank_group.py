@@ -31,17 +31,21 @@ class RankGroup(Pool):
         bundle = {k: v for k, v in {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}.items() if v}
         self.group = placement_group([bundle or {"CPU": 0.01}] * spec.replicas, strategy=spec.placement.upper(),
                                      name=f"coevo-{name}")
+        self.formed = False
         super().__init__(name, spec, config)
 
     def _role(self, i: int) -> dict:
         return {**super()._role(i), "rank": i, "world_size": self.spec.replicas}
 
-    def _placed(self, remote, i: int):
-        return remote.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-            placement_group=self.group, placement_group_bundle_index=i))
+    def _placement(self, i: int) -> dict:
+        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=self.group, placement_group_bundle_index=i)}
 
     async def ready(self) -> None:
-        """Every rank constructed, then the group formed: rank 0 names the rendezvous address."""
+        """Every rank constructed, then the group formed (once: a stage's pool is the run's too):
+        rank 0 names the rendezvous address."""
+        if self.formed:
+            return
         handles = self.handles
         missing = [m for m in ("rendezvous", "init_distributed") if not hasattr(handles[0], m)]
         if missing:
@@ -50,6 +54,7 @@ class RankGroup(Pool):
         await super().ready()
         address, port = await handles[0].rendezvous.remote()
         await self._all([h.init_distributed.remote(address, port) for h in handles], "init_distributed")
+        self.formed = True
         log.info("role %s: %d ranks formed a %s group at %s:%d", self.name, len(handles),
                  self.spec.placement, address, port)
 

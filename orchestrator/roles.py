@@ -118,11 +118,11 @@ class Pool:
         self.name, self.spec = name, spec
         cls = import_path(spec.actor, what=f"role {name!r} actor")
         self.class_name = cls.__name__
-        remote = ray.remote(cls).options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
-                                         resources=spec.resources or None,
-                                         max_restarts=spec.max_restarts, max_task_retries=0)
-        self.replicas = [Replica(self._placed(remote, i).remote(config, *spec.args, role=self._role(i), **spec.kwargs), i)
-                         for i in range(spec.replicas)]
+        actor = ray.remote(cls)
+        options = dict(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, resources=spec.resources or None,
+                       max_restarts=spec.max_restarts, max_task_retries=0)
+        self.replicas = [Replica(actor.options(**options, **self._placement(i)).remote(
+            config, *spec.args, role=self._role(i), **spec.kwargs), i) for i in range(spec.replicas)]
         self.version = 0
         self.weights: ray.ObjectRef | None = None  # the latest published payload, for restarted replicas
         self.fatal: BaseException | None = None
@@ -139,9 +139,9 @@ class Pool:
         return {"name": self.name, "replica": i, "threads": spec.threads,
                 "alone_threads": 0 if spec.shared_threads else spec.threads, "num_gpus": spec.num_gpus}
 
-    def _placed(self, remote, i: int):
+    def _placement(self, i: int) -> dict:
         """Where replica `i` runs: anywhere Ray finds room (a learner's ranks: their placement group)."""
-        return remote
+        return {}
 
     @property
     def handles(self) -> list:
