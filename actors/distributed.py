@@ -151,9 +151,12 @@ class Ranks:
     def clip_grads(self, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
         """Average the gradients over ranks (fsdp2 did it for the sharded ones during backward),
         then clip by the global norm. Returns the norm before clipping (a plain tensor)."""
-        grads = [p for p in params if p.grad is not None]
         if not self.distributed:
-            return torch.nn.utils.clip_grad_norm_(grads, max_norm, foreach=True)
+            return torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm, foreach=True)
+        for p in params:  # a rank that computed nothing still takes part, with zeros, in the same shapes
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        grads = [p for p in params if p.grad is not None]
         from torch.distributed.tensor import DTensor
 
         sharded = [p for p in grads if isinstance(p.grad, DTensor)]

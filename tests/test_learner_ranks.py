@@ -53,8 +53,11 @@ def _train(rank: int, world: int, cfg: dict, table_path: str, port: int, out: st
                       objectives=["policy_gradient"])
     if world > 1:
         learner.init_distributed("127.0.0.1", port)
-    if resume:
+    if resume:  # as a run does: the checkpoint's state, the run's saved KL reference
         learner.restore(resume)
+        learner.load_reference(resume + "-reference")
+    if save:
+        learner.save_reference(save + "-reference")
     table = feather.read_table(table_path)
     metrics = [learner.train_step(table) for _ in range(steps)]
     state = learner.full_state()
@@ -66,12 +69,21 @@ def _train(rank: int, world: int, cfg: dict, table_path: str, port: int, out: st
     learner.ranks.close()
 
 
+_RUNS: dict = {}  # plain runs, shared by the tests of this module (each spawn costs seconds)
+
+
 def train(world: int, cfg: dict, table_path: str, tmp_path, steps: int = 3, save: str | None = None,
           resume: str | None = None) -> dict:
+    key = (world, repr(cfg), table_path, steps)
+    if save is None and resume is None and key in _RUNS:
+        return _RUNS[key]
     out = str(tmp_path / f"out-{world}-{cfg['learner']['strategy']}-{bool(save)}-{bool(resume)}.pt")
     mp.start_processes(_train, args=(world, cfg, table_path, free_port(), out, steps, save, resume),
                        nprocs=world, join=True, start_method="spawn")
-    return torch.load(out, weights_only=False)
+    result = torch.load(out, weights_only=False)
+    if save is None and resume is None:
+        _RUNS[key] = result
+    return result
 
 
 def assert_same(one: dict, two: dict) -> None:
@@ -111,3 +123,20 @@ def test_shards_are_whole_groups_and_cover_every_row() -> None:
 def test_bad_strategy_is_named() -> None:
     with pytest.raises(Exception, match="strategy"):
         validate_config({"learner": {"strategy": "zero3"}})
+
+
+@pytest.mark.parametrize("strategy,first,then", [("fsdp2", 2, 1), ("ddp", 1, 2)])
+def test_a_checkpoint_resumes_at_another_world_size(strategy, first, then, batch, tmp_path) -> None:
+    """Two steps at one world size, saved (sharded), one more at the other: the same as three
+    steps at one rank, and the HF export loads in plain transformers."""
+    import transformers
+
+    cfg = config_dict(strategy)
+    straight = train(1, cfg, batch, tmp_path)
+    ckpt = str(tmp_path / "ckpt")
+    train(first, cfg, batch, tmp_path, steps=2, save=ckpt)
+    resumed = train(then, cfg, batch, tmp_path, steps=1, resume=ckpt)
+    assert resumed["version"] == 3
+    assert_same({"metrics": straight["metrics"][2:], "state": straight["state"]}, resumed)
+    plain = transformers.AutoModelForCausalLM.from_pretrained(ckpt)
+    assert plain.config.num_hidden_layers == TINY["num_layers"]
