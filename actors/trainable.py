@@ -1,6 +1,6 @@
 """What every learner shares: a model and its optimizer, its own version counter, publishing
 versioned weights, tokenised sequences, its rank in the role's group (actors.distributed), and
-checkpoints (HF `save_pretrained` gathered on rank 0, plus model and optimizer through
+checkpoints (HF `save_pretrained` gathered on rank 0, plus the optimizer through
 `torch.distributed.checkpoint`, resumable at another world size, plus the learner's state).
 
 A learner counts its own versions (one per optimizer update round); the orchestrator reads them from
@@ -19,7 +19,7 @@ from actors.weights import export_state
 
 STATE_FILE = "learner_state.pt"
 OPTIMIZER_FILE = "optimizer.pt"  # checkpoints before sharded ones (still restored)
-SHARDED_DIR = "sharded"  # torch.distributed.checkpoint: model + optimizer, any world size
+SHARDED_DIR = "sharded"  # torch.distributed.checkpoint: the optimizer, loadable at any world size
 
 
 def adamw(params, lr: float, weight_decay: float = 0.01) -> torch.optim.Optimizer:
@@ -131,8 +131,8 @@ class Trainable:
         pass
 
     def save(self, path: str, optimizer: bool = True) -> str:
-        """The HF export (gathered, written by rank 0); with `optimizer`, also the model and optimizer
-        sharded by every rank (torch.distributed.checkpoint) and the learner's state."""
+        """The HF export (gathered, written by rank 0); with `optimizer`, also the optimizer sharded by
+        every rank (torch.distributed.checkpoint) and the learner's state."""
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
         self.save_model(self.model, out)
@@ -154,11 +154,24 @@ class Trainable:
             if tokenizer:
                 self.tokenizer.save_pretrained(out)
 
-    def _sharded_state(self) -> dict:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+    def _trained_module(self) -> torch.nn.Module:
+        """The module that owns every parameter the optimizer holds: the model, or the model plus the
+        objectives' own parameters (a value head) when there are any (checkpoint keys need owners)."""
+        own = {id(p) for p in self.model.parameters()}
+        extra = [p for p in self.trained_parameters() if id(p) not in own]
+        if not extra:
+            return self.model
+        holder = torch.nn.Module()
+        holder.model = self.model
+        holder.extra = torch.nn.ParameterList(extra)
+        return holder
 
-        model, optim = get_state_dict(self.model, self.optimizer)
-        return {"model": model, "optimizer": optim}
+    def _sharded_state(self) -> dict:
+        """The optimizer's state keyed by parameter names (so any world size can load it). The model's
+        weights are not repeated: the HF export beside it holds them, and a learner is built from it."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return {"optimizer": get_optimizer_state_dict(self._trained_module(), self.optimizer)}
 
     def restore(self, path: str) -> int:
         """Optimizer, version and extra state of a checkpoint whose model this learner was built from
@@ -166,12 +179,11 @@ class Trainable:
         path = Path(path)
         if (path / SHARDED_DIR).is_dir():
             import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint.state_dict import set_state_dict
+            from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
             state = self._sharded_state()
             dcp.load(state, checkpoint_id=str(path / SHARDED_DIR))
-            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optimizer"])
+            set_optimizer_state_dict(self._trained_module(), self.optimizer, state["optimizer"])
         else:  # a checkpoint from before sharded checkpoints (one rank)
             self.optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
         state = torch.load(path / STATE_FILE, weights_only=False)
