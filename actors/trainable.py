@@ -72,12 +72,18 @@ class Trainable:
         from actors.distributed import free_port, node_address
         return node_address(), free_port()
 
-    def init_distributed(self, address: str, port: int) -> int:
-        """Join the group, shard or replicate the model, and rebuild the optimizer over it."""
+    def init_distributed(self, address: str, port: int) -> str:
+        """Join the group, shard or replicate the model, and rebuild the optimizer over it. Returns
+        the backend."""
+        import logging
+
         cfg = self.config.learner
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if self.device.startswith("cuda") else "gloo")
         self.ranks.init(address, port, backend, cfg.timeout_s)
         on_gpu = self.device.startswith("cuda")
+        if self.ranks.is_main and not on_gpu and (cfg.mixed_precision or cfg.cpu_offload):
+            logging.getLogger("coevo").warning("learner.mixed_precision / cpu_offload apply to fsdp2 on GPU; "
+                                               "this learner is on CPU and trains in float32")
         wrap = dict(device=self.device, mixed_precision=cfg.mixed_precision if on_gpu else None,
                     cpu_offload=cfg.cpu_offload and on_gpu)
         if self.ranks.sharded:
@@ -89,7 +95,7 @@ class Trainable:
         if self.reference is not None:
             self.reference = self.ranks.wrap(self.reference, **wrap)
         self.optimizer = rebuilt(self.optimizer, self.trained_parameters())
-        return self.ranks.rank
+        return backend
 
     def trained_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.model.parameters())

@@ -32,6 +32,7 @@ class RankGroup(Pool):
         self.group = placement_group([bundle or {"CPU": 0.01}] * spec.replicas, strategy=spec.placement.upper(),
                                      name=f"coevo-{name}")
         self.formed = False
+        self.config = config
         super().__init__(name, spec, config)
 
     def _role(self, i: int) -> dict:
@@ -53,10 +54,13 @@ class RankGroup(Pool):
                             f"group (it has no {missing[0]}); learners built on actors.trainable.Trainable can")
         await super().ready()
         address, port = await handles[0].rendezvous.remote()
-        await self._all([h.init_distributed.remote(address, port) for h in handles], "init_distributed")
+        backends = await self._all([h.init_distributed.remote(address, port) for h in handles], "init_distributed")
         self.formed = True
-        log.info("role %s: %d ranks formed a %s group at %s:%d", self.name, len(handles),
-                 self.spec.placement, address, port)
+        self.backend = backends[0]
+
+    def describe(self) -> str:
+        return (f"{self.name}: {len(self.replicas)} ranks ({self.config.learner.strategy} over {self.backend}, "
+                f"placement {self.spec.placement})")
 
     async def call(self, method: str, *args, table: bool = True, versioned: bool = False,
                    replica: int | None = None, **kwargs):

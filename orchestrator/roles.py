@@ -143,6 +143,10 @@ class Pool:
         """Where replica `i` runs: anywhere Ray finds room (a learner's ranks: their placement group)."""
         return {}
 
+    def describe(self) -> str | None:
+        """A line for the run's start, where the role is more than a plain pool."""
+        return None
+
     @property
     def handles(self) -> list:
         return [r.handle for r in self.replicas]

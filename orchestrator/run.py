@@ -123,6 +123,8 @@ class Run:
                                     pools=pools, metrics=metrics, progress=self.progress)
         ctx.stop_requested = self._pending_stop
         await ready(pools)
+        for line in filter(None, (pool.describe() for pool in pools.values())):
+            self.progress.print(line)
         ctx.channels = self.recipe.channels(ctx)
         if self.state:
             await self._restore(ctx)
