@@ -44,8 +44,9 @@ def batch(tmp_path_factory) -> str:
     return str(path)
 
 
-def _train(rank: int, world: int, cfg: dict, table_path: str, port: int, out: str, steps: int,
+def _learn(rank: int, world: int, cfg: dict, table_path: str, port: int, out: str, steps: int,
            save: str | None, resume: str | None) -> None:
+    """One training at `world` ranks (this process is `rank`); rank 0 writes metrics and weights."""
     from actors.learner import Learner
 
     config = validate_config(cfg)
@@ -69,21 +70,38 @@ def _train(rank: int, world: int, cfg: dict, table_path: str, port: int, out: st
     learner.ranks.close()
 
 
-_RUNS: dict = {}  # plain runs, shared by the tests of this module (each spawn costs seconds)
+def _worker(rank: int, scenarios: list[dict]) -> None:
+    """Every scenario in order, in one process per rank (a process costs seconds to start): rank 1
+    takes part in the 2-rank ones and waits at their rendezvous while rank 0 runs a 1-rank one."""
+    import os
+    import time
+
+    for i, s in enumerate(scenarios):
+        if rank >= s["world"]:
+            continue
+        deadline = time.monotonic() + 600
+        while not all(os.path.exists(done["out"]) for done in scenarios[:i]):  # what it may resume from
+            assert time.monotonic() < deadline, "rank 0 did not finish the scenarios before"
+            time.sleep(0.1)
+        _learn(rank, s["world"], s["cfg"], s["table"], s["port"], s["out"], s["steps"], s["save"], s["resume"])
 
 
-def train(world: int, cfg: dict, table_path: str, tmp_path, steps: int = 3, save: str | None = None,
-          resume: str | None = None) -> dict:
-    key = (world, repr(cfg), table_path, steps)
-    if save is None and resume is None and key in _RUNS:
-        return _RUNS[key]
-    out = str(tmp_path / f"out-{world}-{cfg['learner']['strategy']}-{bool(save)}-{bool(resume)}.pt")
-    mp.start_processes(_train, args=(world, cfg, table_path, free_port(), out, steps, save, resume),
-                       nprocs=world, join=True, start_method="spawn")
-    result = torch.load(out, weights_only=False)
-    if save is None and resume is None:
-        _RUNS[key] = result
-    return result
+@pytest.fixture(scope="module")
+def runs(batch, tmp_path_factory) -> dict:
+    """name -> rank 0's result. `one`: 3 steps at 1 rank (the strategy does nothing at 1 rank);
+    `ddp`, `fsdp2`: 3 steps at 2 ranks; `fsdp2_2to1`: 2 steps at 2 ranks, saved, 1 more at 1 rank;
+    `ddp_1to2`: 2 steps at 1 rank, saved, 1 more at 2 ranks."""
+    tmp = tmp_path_factory.mktemp("rank-runs")
+    plan = [("one", 1, "ddp", 3, None, None), ("ddp", 2, "ddp", 3, None, None), ("fsdp2", 2, "fsdp2", 3, None, None),
+            ("fsdp2_save", 2, "fsdp2", 2, "a", None), ("fsdp2_2to1", 1, "fsdp2", 1, None, "a"),
+            ("ddp_save", 1, "ddp", 2, "b", None), ("ddp_1to2", 2, "ddp", 1, None, "b")]
+    scenarios = [{"world": world, "cfg": config_dict(strategy), "table": batch, "port": free_port(),
+                  "out": str(tmp / f"{name}.pt"), "steps": steps, "save": save and str(tmp / save),
+                  "resume": resume and str(tmp / resume)} for name, world, strategy, steps, save, resume in plan]
+    mp.start_processes(_worker, args=(scenarios,), nprocs=2, join=True, start_method="spawn")
+    out = {name: torch.load(tmp / f"{name}.pt", weights_only=False) for name, *_ in plan}
+    out["checkpoint"] = str(tmp / "a")
+    return out
 
 
 def assert_same(one: dict, two: dict) -> None:
@@ -97,9 +115,8 @@ def assert_same(one: dict, two: dict) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_two_ranks_equal_one_rank(strategy, batch, tmp_path) -> None:
-    cfg = config_dict(strategy)
-    one, two = train(1, cfg, batch, tmp_path), train(2, cfg, batch, tmp_path)
+def test_two_ranks_equal_one_rank(strategy, runs) -> None:
+    one, two = runs["one"], runs[strategy]
     assert one["version"] == two["version"] == 3
     assert one["metrics"][0]["train/grad_norm"] > 0.5  # clipping was active
     assert one["metrics"][-1]["train/kl"] > 0  # the reference is in the loss
@@ -125,18 +142,14 @@ def test_bad_strategy_is_named() -> None:
         validate_config({"learner": {"strategy": "zero3"}})
 
 
-@pytest.mark.parametrize("strategy,first,then", [("fsdp2", 2, 1), ("ddp", 1, 2)])
-def test_a_checkpoint_resumes_at_another_world_size(strategy, first, then, batch, tmp_path) -> None:
+@pytest.mark.parametrize("name", ["fsdp2_2to1", "ddp_1to2"])
+def test_a_checkpoint_resumes_at_another_world_size(name, runs) -> None:
     """Two steps at one world size, saved (sharded), one more at the other: the same as three
     steps at one rank, and the HF export loads in plain transformers."""
     import transformers
 
-    cfg = config_dict(strategy)
-    straight = train(1, cfg, batch, tmp_path)
-    ckpt = str(tmp_path / "ckpt")
-    train(first, cfg, batch, tmp_path, steps=2, save=ckpt)
-    resumed = train(then, cfg, batch, tmp_path, steps=1, resume=ckpt)
+    straight, resumed = runs["one"], runs[name]
     assert resumed["version"] == 3
     assert_same({"metrics": straight["metrics"][2:], "state": straight["state"]}, resumed)
-    plain = transformers.AutoModelForCausalLM.from_pretrained(ckpt)
+    plain = transformers.AutoModelForCausalLM.from_pretrained(runs["checkpoint"])
     assert plain.config.num_hidden_layers == TINY["num_layers"]
