@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, describe_death
 
 log = logging.getLogger("coevo")
+PEER_GRACE_S = 10.0  # how long a failed rank's peers get to report a death before the error decides
 
 
 class RankGroup(Pool):
@@ -84,24 +85,44 @@ class RankGroup(Pool):
         return await self._all([getattr(r.handle, method).remote(*args, **kwargs) for r in self.replicas], method)
 
     async def _all(self, refs: list, method: str) -> list:
-        """Every rank's answer; a rank that dies, hangs or raises takes the whole group down."""
+        """Every rank's answer. A rank that dies or hangs takes the whole group down and the learner
+        is restarted (RoleError.lost_learner); an error raised by a rank's own code ends the run."""
         async def get(ref):
             return await ref
-        try:
-            return await asyncio.wait_for(asyncio.gather(*[get(r) for r in refs]), self.spec.timeout_s)
-        except TimeoutError:
+        tasks = [asyncio.ensure_future(get(r)) for r in refs]
+        done, pending = await asyncio.wait(tasks, timeout=self.spec.timeout_s, return_when=asyncio.FIRST_EXCEPTION)
+        if not pending and all(t.exception() is None for t in done):
+            return [t.result() for t in tasks]
+        if not done or all(t.exception() is None for t in done):  # nothing failed: the timeout ran out
+            self._cancel(tasks)
             self._fail(RoleError(f"role {self.name!r} ({self.class_name}): {method} on its {len(refs)} ranks gave no "
                                  f"answer within roles.{self.name}.timeout_s={self.spec.timeout_s:g}s; every rank "
                                  "was stopped", lost_learner=True))
-        except ACTOR_ERRORS as e:
-            rank = next((i for i, r in enumerate(refs) if _died(r)), 0)
+        # A rank's death often shows first as its peers' broken collective: give the others a moment
+        # to report, so the death, not its echo, decides what happens.
+        if pending:
+            await asyncio.wait(pending, timeout=PEER_GRACE_S)
+        self._cancel(tasks)
+        errors = {i: t.exception() for i, t in enumerate(tasks) if t.done() and not t.cancelled() and t.exception()}
+        died = {i: e for i, e in errors.items() if isinstance(e, ACTOR_ERRORS)}
+        if died:
+            rank, error = min(died.items())
             self.replicas[rank].failures += 1
-            self._fail(RoleError(describe_death(self, self.replicas[rank], e).replace(
+            self._fail(RoleError(describe_death(self, self.replicas[rank], error).replace(
                 "every replica of role", f"rank {rank} of the {len(refs)} ranks of role", 1), lost_learner=True))
-        except ray.exceptions.RayTaskError:
-            self._stop_ranks()  # the other ranks may wait in a collective for the one that raised
-            self.fatal = RoleError(f"role {self.name!r}: a rank failed in {method}; every rank was stopped")
-            raise
+        rank, error = min(errors.items())
+        if all(_broken_collective(e) for e in errors.values()):
+            self._fail(RoleError(f"role {self.name!r} ({self.class_name}): rank {rank}'s {method} lost its peers "
+                                 f"({_cause(error)}); every rank was stopped", lost_learner=True))
+        self._stop_ranks()  # the other ranks may wait in a collective for the one that raised
+        self.fatal = RoleError(f"role {self.name!r}: rank {rank} failed in {method}; every rank was stopped")
+        raise error
+
+    @staticmethod
+    def _cancel(tasks: list) -> None:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
 
     def _fail(self, error: RoleError) -> None:
         self._stop_ranks()
@@ -120,12 +141,21 @@ class RankGroup(Pool):
         remove_placement_group(self.group)
 
 
-def _died(ref) -> bool:
-    """Whether this call's actor is the one that died (its ref resolves to an actor error)."""
-    try:
-        ray.get(ref, timeout=0)
-    except ACTOR_ERRORS:
-        return True
-    except Exception:  # noqa: BLE001  (not ready, or another error: not this one)
+def _cause(error: BaseException) -> str:
+    cause = getattr(error, "cause", None) or error
+    return f"{type(cause).__name__}: {str(cause).strip().splitlines()[0] if str(cause).strip() else ''}"
+
+
+def _broken_collective(error: BaseException) -> bool:
+    """A rank's collective failed because a peer vanished or stalled (torch.distributed's errors),
+    not because of the rank's own work."""
+    cause = getattr(error, "cause", None)
+    if cause is None:
         return False
-    return False
+    import torch.distributed as dist
+
+    if isinstance(cause, (dist.DistError,)):
+        return True
+    text = str(cause)
+    return any(m in text for m in ("Connection closed by peer", "Connection reset by peer", "Timed out",
+                                   "timed out", "Broken pipe", "NCCL communicator was aborted"))
