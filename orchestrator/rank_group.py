@@ -19,15 +19,24 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from actors.registry import import_path
 from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, describe_death
 
 log = logging.getLogger("coevo")
+RANK_METHODS = ("rendezvous", "init_distributed")  # what a learner class needs to join a group
 
 
 class RankGroup(Pool):
     """The pool of a learner with several ranks: SPMD calls, one answer (rank 0's)."""
 
     def __init__(self, name: str, spec, config):
+        # refused before a placement group is reserved or an actor started
+        cls = import_path(spec.actor, what=f"role {name!r} actor")
+        missing = [m for m in RANK_METHODS if not hasattr(cls, m)]
+        if missing:
+            raise RoleError(f"roles.{name}.replicas={spec.replicas}: {cls.__name__} ({spec.actor}) cannot run as "
+                            f"ranks of a group (it has no {missing[0]}); learners built on "
+                            "actors.trainable.Trainable can")
         bundle = {k: v for k, v in {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}.items() if v}
         self.group = placement_group([bundle or {"CPU": 0.01}] * spec.replicas, strategy=spec.placement.upper(),
                                      name=f"coevo-{name}")
@@ -47,10 +56,6 @@ class RankGroup(Pool):
         if self.formed:
             return
         handles = self.handles
-        missing = [m for m in ("rendezvous", "init_distributed") if not hasattr(handles[0], m)]
-        if missing:
-            raise RoleError(f"roles.{self.name}.replicas={len(handles)}: {self.class_name} cannot run as ranks of a "
-                            f"group (it has no {missing[0]}); learners built on actors.trainable.Trainable can")
         await super().ready()
         address, port = await handles[0].rendezvous.remote()
         await self._all([h.init_distributed.remote(address, port) for h in handles], "init_distributed")
