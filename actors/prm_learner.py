@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from actors import batch as B
-from actors.trainable import Trainable, adamw, clip_grad_norm
+from actors.trainable import Trainable, adamw
 
 
 class ImplicitPRM(Trainable):
@@ -67,7 +67,7 @@ class ImplicitPRM(Trainable):
                 loss.backward()
                 total_loss += loss.item() * len(lab_rows)
                 right += int(((outcome > 0).float() == target[mb]).sum())
-            clip_grad_norm(self.model, 1.0)
+            self.clip_grads(1.0)
             self.optimizer.step()
             self.version += 1
             info.update({"prm/loss": total_loss / len(lab_rows), "prm/accuracy_before": right / len(lab_rows)})

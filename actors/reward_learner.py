@@ -12,7 +12,7 @@ import torch
 
 from actors import batch as B
 from actors.reward_model import render, score_ids
-from actors.trainable import Trainable, adamw, clip_grad_norm
+from actors.trainable import Trainable, adamw
 
 
 class RewardLearner(Trainable):
@@ -66,7 +66,7 @@ class RewardLearner(Trainable):
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"reward-model loss is {float(loss)}; lower reward_model.lr")
             loss.backward()
-            clip_grad_norm(self.model, 1.0)
+            self.clip_grads(1.0)
             self.optimizer.step()
             losses.append(loss.item())
             accs.append(float(stats["accuracy"]))
