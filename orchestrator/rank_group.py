@@ -20,7 +20,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.registry import import_path
-from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, describe_death
+from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, exit_detail
 
 log = logging.getLogger("coevo")
 RANK_METHODS = ("rendezvous", "init_distributed")  # what a learner class needs to join a group
@@ -108,8 +108,9 @@ class RankGroup(Pool):
             if dead:
                 rank = dead[0]
                 self.replicas[rank].failures += 1
-                self._fail(RoleError(describe_death(self, self.replicas[rank], errors[rank]).replace(
-                    "every replica of role", f"rank {rank} of the {len(refs)} ranks of role", 1), lost_learner=True))
+                self._fail(RoleError(f"rank {rank} of the {len(refs)} ranks of role {self.name!r} ({self.class_name}) "
+                                     f"has died in {method}: {exit_detail(errors[rank])}; every rank was stopped",
+                                     lost_learner=True))
             lost = next((i for i, e in enumerate(errors) if _peer_lost(e)), None)
             if lost is not None:  # a peer gone before Ray says so (a lost node takes Ray seconds to notice)
                 self._fail(RoleError(f"role {self.name!r} ({self.class_name}): rank {lost} of its {len(refs)} ranks "
