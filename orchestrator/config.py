@@ -185,6 +185,7 @@ class VerifierConfig(Section):
 
 class ReplicaRole(Section):
     """Resources of one named role: a pool of Ray actors."""
+    # independent replicas; a learner's are the ranks of one torch.distributed group (docs/learners.md)
     replicas: int = Field(1, ge=1)
     num_cpus: float = Field(1, ge=0)
     num_gpus: float = Field(0, ge=0)

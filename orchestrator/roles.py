@@ -365,9 +365,13 @@ def _is_stale(error: ray.exceptions.RayTaskError) -> bool:
 
 
 def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
-    text = str(error)
+    return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
+            f"{exit_detail(error)}. The run cannot go on without it.")
+
+
+def exit_detail(error: BaseException) -> str:
+    """Ray's one-sentence reason an actor's process ended (e.g. 'Worker unexpectedly exits ...')."""
     import re
 
-    detail = re.search(r"Worker exit detail: (.+?\.)", text)
-    return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
-            f"{detail.group(1).rstrip('.') if detail else type(error).__name__}. The run cannot go on without it.")
+    detail = re.search(r"Worker exit detail: (.+?\.)", str(error))
+    return detail.group(1).rstrip(".") if detail else type(error).__name__

@@ -202,8 +202,16 @@ def test_roles_are_the_recipes():
     msg = str(e.value)
     assert "has no role 'rm_learner'" in msg and "policy_learner" in msg and "generator" in msg
     load_config("cooper", ["roles.rm_learner.num_cpus=1"])  # cooper has one
-    with pytest.raises(ConfigError, match="a learner runs as one replica"):
-        load_config(None, ["roles.policy_learner.replicas=2"])
+    ranks = load_config(None, ["roles.policy_learner.replicas=2", "roles.policy_learner.placement=spread",
+                               "learner.strategy=fsdp2"])  # a learner runs as N ranks (docs/learners.md)
+    assert ranks.roles["policy_learner"].replicas == 2 and ranks.roles["policy_learner"].placement == "spread"
+    assert ranks.learner.strategy == "fsdp2"
+    for bad, named in (("learner.strategy=zero3", "learner.strategy: Input should be 'ddp' or 'fsdp2' (got 'zero3')"),
+                       ("roles.policy_learner.placement=strict_pack",
+                        "roles.policy_learner.placement: Input should be 'pack' or 'spread' (got 'strict_pack')")):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [bad])
+        assert named in str(e.value)
     with pytest.raises(ConfigError) as e:
         load_config(None, ["roles.generator.bogus=1"])
     assert "'roles.generator.bogus'" in str(e.value) and "replicas" in str(e.value)
