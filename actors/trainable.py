@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import ray
 import torch
 
 from actors import batch as B
-from actors.weights import export_state
+from actors.weight_transport import Endpoint, Link, node_ip
+from actors.weights import export_tensors
 
 STATE_FILE = "learner_state.pt"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -54,14 +56,39 @@ class Trainable:
         self.alone_threads = role["alone_threads"] if "alone_threads" in role else \
             (role.get("threads", 0) or config.train.threads)
         self.version = 0
+        self.weights_endpoint = Endpoint()  # the sending end of its channels' collective weight groups
 
     def ping(self) -> int:
         return self.version
 
     # ---- weights ---------------------------------------------------------------------------------
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """The whole model's state, the one thing every transport publishes."""
+        return self.model.state_dict()
+
     def publish(self) -> dict:
         """`{"version", "state"}`: the object store holds it once, every replica maps it zero-copy."""
-        return export_state(self.model, self.version)
+        return export_tensors(self.full_state(), self.version)
+
+    @ray.method(num_returns=2)
+    def export(self) -> tuple[int, dict]:
+        """`(version, payload)`: the driver reads the version without fetching the payload (a
+        collective channel makes one only when a restarted replica needs to catch up)."""
+        return self.version, self.publish()
+
+    def open_weights(self, channel: str, group: str, timeout_s: float) -> tuple[str, int]:
+        """Host the rendezvous store of a new epoch (`group`) of `channel`'s weight group: `(host, port)`."""
+        host = node_ip()
+        return host, self.weights_endpoint.open(channel, group, host, timeout_s)
+
+    def send_weights(self, link: Link, version: int) -> int:
+        """Broadcast this learner's weights as `version` to the group of `link` (rank 0). Every rank
+        of a learner may call it: the state comes from `full_state()`, which is empty off rank 0.
+        Returns the bytes each receiver got."""
+        if version != self.version:
+            raise ValueError(f"send_weights: asked to send version {version}, but the learner is at {self.version}")
+        state = self.full_state()
+        return self.weights_endpoint.send(link, state, version, device=str(self.device)) if state else 0
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict:

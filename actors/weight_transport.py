@@ -200,29 +200,36 @@ class Endpoint:
 
     def __init__(self):
         self.senders: dict[str, Sender] = {}
-        self.stores: dict[str, object] = {}
+        self.stores: dict[str, tuple[str, object]] = {}  # channel -> (group, its store)
         self.receivers: dict[str, Receiver] = {}
 
-    def open(self, channel: str, host: str, timeout_s: float) -> int:
-        """Host the store of a new epoch of `channel`; returns its port."""
+    def open(self, channel: str, group: str, host: str, timeout_s: float) -> int:
+        """Host the store of a new epoch (`group`) of `channel`; returns its port."""
         self.senders.pop(channel, None)
         store = host_store(host, timeout_s)
-        self.stores[channel] = store
+        self.stores[channel] = (group, store)
         return store.port
 
     def send(self, link: Link, state: dict[str, torch.Tensor], version: int, device: str = "cpu") -> int:
         sender = self.senders.get(link.channel)
         if sender is None or sender.link.group != link.group:
-            if link.channel not in self.stores:
-                raise WeightTransportError(f"channel {link.channel!r}: no store was opened for group {link.group} "
-                                           "on this sender (open() comes first)")
-            sender = self.senders[link.channel] = _formed(lambda: Sender(link, self.stores[link.channel], device), link, 0)
+            group, store = self.stores.get(link.channel, (None, None))
+            if group != link.group:
+                raise WeightTransportError(f"channel {link.channel!r}: weight group {link.group} is not open on this "
+                                           f"sender (its newest is {group}); a new epoch is needed")
+            sender = self.senders[link.channel] = _formed(lambda: Sender(link, store, device), link, 0)
         return sender.send(state, version)
 
     def receive(self, link: Link, rank: int, model: torch.nn.Module, version: int, where: str,
-                device: str = "cpu", bind: str | None = None) -> None:
+                device: str = "cpu", bind: str | None = None, join: bool = True) -> None:
+        """`join`: the group is new and this member forms it with the others; otherwise it must
+        already be a member (a process restarted since the group formed is not, and says so at
+        once rather than waiting for a rendezvous nobody else is in)."""
         receiver = self.receivers.get(link.channel)
         if receiver is None or receiver.link.group != link.group:
+            if not join:
+                raise WeightTransportError(f"channel {link.channel!r}: rank {rank} is not a member of weight group "
+                                           f"{link.group} (restarted since it formed?); a new epoch is needed")
             self.receivers.pop(link.channel, None)
             receiver = self.receivers[link.channel] = _formed(lambda: Receiver(link, rank, device, bind), link, rank)
         receiver.receive(model, version, where)

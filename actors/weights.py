@@ -25,8 +25,11 @@ class WeightMismatchError(ValueError):
 
 def export_state(model: torch.nn.Module, version: int) -> dict:
     """The publishable payload: numpy arrays (the object store maps them zero-copy)."""
-    return {"version": int(version),
-            "state": {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}}
+    return export_tensors(model.state_dict(), version)
+
+
+def export_tensors(state: dict[str, torch.Tensor], version: int) -> dict:
+    return {"version": int(version), "state": {k: v.detach().cpu().numpy() for k, v in state.items()}}
 
 
 def _torch_dtype(dtype) -> torch.dtype:

@@ -52,7 +52,7 @@ def test_broadcast_in_buckets_equals_the_sender_exactly():
     entries, sizes = layout(state, 1e-3)  # 1 KiB buckets: the 33x17 fp32 weight alone needs 3
     assert len(sizes) >= 3 and max(e.bucket for e in entries) == len(sizes) - 1
     sender = Endpoint()
-    port = sender.open("policy", "127.0.0.1", 20.0)
+    port = sender.open("policy", "g1", "127.0.0.1", 20.0)
     link = _link(port, 3)
     threads, errors = _receive_all(link, targets, version=4)
     sender.send(link, state, 4)
@@ -68,7 +68,7 @@ def test_mismatched_model_is_refused_naming_the_tensor():
     source, target = Net(width=33), Net(width=34, seed=5)
     before = {k: v.clone() for k, v in target.state_dict().items()}
     sender = Endpoint()
-    link = _link(sender.open("policy", "127.0.0.1", 20.0), 2)
+    link = _link(sender.open("policy", "g1", "127.0.0.1", 20.0), 2)
     threads, errors = _receive_all(link, [target], version=1)
     sender.send(link, source.state_dict(), 1)  # the receiver drains every bucket before refusing
     threads[0].join()
@@ -81,7 +81,7 @@ def test_a_header_of_another_version_is_refused():
     source, target = Net(seed=1), Net(seed=2)
     before = {k: v.clone() for k, v in target.state_dict().items()}
     sender = Endpoint()
-    link = _link(sender.open("policy", "127.0.0.1", 20.0), 2)
+    link = _link(sender.open("policy", "g1", "127.0.0.1", 20.0), 2)
     threads, errors = _receive_all(link, [target], version=3)
     sender.send(link, source.state_dict(), 2)
     threads[0].join()
