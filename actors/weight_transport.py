@@ -125,11 +125,13 @@ class Sender:
         try:
             for step in self.steps(state, version):
                 done = step
+            return sum(layout(state, self.link.bucket_mb)[1])
         except RuntimeError as e:
-            raise WeightTransportError(
+            error = WeightTransportError(
                 f"collective weights version {version} (group {self.link.group}): the broadcast broke after "
-                f"{'bucket ' if isinstance(done, int) else ''}{done}: {str(e).splitlines()[0]}") from None
-        return sum(layout(state, self.link.bucket_mb)[1])
+                f"{'bucket ' if isinstance(done, int) else ''}{done}: {str(e).splitlines()[0]}")
+        _close(self)
+        raise error
 
     def steps(self, state: dict[str, torch.Tensor], version: int):
         """The broadcast one message at a time (yields after the header and after each bucket)."""
@@ -185,13 +187,25 @@ class Receiver:
             for b, buf in enumerate(self.staging):
                 _broadcast(self.pg, buf)
                 done = f"the header and {b + 1} of {len(sizes)} buckets"
+            views = {e.name: self.staging[e.bucket][e.offset:e.offset + e.nbytes].view(e.dtype).view(e.shape)
+                     for e in header["entries"]}
+            return header, views
         except RuntimeError as e:
-            raise WeightTransportError(
+            error = WeightTransportError(
                 f"collective weights version {version} (group {self.link.group}, rank {self.rank}): the broadcast "
-                f"broke after {done}: {str(e).splitlines()[0]}; nothing was installed") from None
-        views = {e.name: self.staging[e.bucket][e.offset:e.offset + e.nbytes].view(e.dtype).view(e.shape)
-                 for e in header["entries"]}
-        return header, views
+                f"broke after {done}: {str(e).splitlines()[0]}; nothing was installed")
+        _close(self)
+        raise error
+
+
+def _close(member) -> None:
+    """Drop a broken group at once: its destructor closes the sockets, so every peer still waiting in
+    the broadcast fails now instead of at the timeout (abort() and shutdown() leave them open)."""
+    import gc
+
+    member.pg = None
+    member.staging = []
+    gc.collect()
 
 
 class Endpoint:
@@ -218,7 +232,11 @@ class Endpoint:
                 raise WeightTransportError(f"channel {link.channel!r}: weight group {link.group} is not open on this "
                                            f"sender (its newest is {group}); a new epoch is needed")
             sender = self.senders[link.channel] = _formed(lambda: Sender(link, store, device), link, 0)
-        return sender.send(state, version)
+        try:
+            return sender.send(state, version)
+        except WeightTransportError:
+            self.senders.pop(link.channel, None)  # closed; a new epoch forms the next group
+            raise
 
     def receive(self, link: Link, rank: int, model: torch.nn.Module, version: int, where: str,
                 device: str = "cpu", bind: str | None = None, join: bool = True) -> None:
@@ -232,7 +250,11 @@ class Endpoint:
                                            f"{link.group} (restarted since it formed?); a new epoch is needed")
             self.receivers.pop(link.channel, None)
             receiver = self.receivers[link.channel] = _formed(lambda: Receiver(link, rank, device, bind), link, rank)
-        receiver.receive(model, version, where)
+        try:
+            receiver.receive(model, version, where)
+        except WeightTransportError:
+            self.receivers.pop(link.channel, None)  # closed; a new epoch forms the next group
+            raise
 
 
 def _formed(make, link: Link, rank: int):
