@@ -118,3 +118,20 @@ def test_a_sender_that_dies_mid_broadcast_installs_nothing():
         Endpoint().receive(link, 1, target, 5, where="generator")
     proc.join(timeout=30)
     assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())
+
+
+def test_nccl_on_roles_without_gpus_is_refused_naming_them():
+    from types import SimpleNamespace
+
+    from orchestrator.channels import Channel
+    from orchestrator.config import WeightsConfig
+    from orchestrator.roles import RoleError
+
+    def pool(name, gpus):
+        return SimpleNamespace(name=name, spec=SimpleNamespace(num_gpus=gpus),
+                               transport=WeightsConfig(transport="collective", backend="nccl"))
+    channel = Channel("policy", pool("policy_learner", 1), [pool("generator", 0)])
+    with pytest.raises(RoleError, match=r"weights.backend=nccl needs a GPU .* roles \['generator'\] have num_gpus=0"):
+        channel.backend()
+    channel.settings = WeightsConfig(transport="collective", backend="auto")
+    assert channel.backend() == "gloo"
