@@ -118,6 +118,7 @@ class Sender:
     def __init__(self, link: Link, store, device: str = "cpu"):
         self.link, self.device = link, device
         self.store, self.pg = _group(link, 0, store=store, bind=link.host)
+        self.buffer = torch.empty(0, dtype=torch.uint8, device=device)
 
     def send(self, state: dict[str, torch.Tensor], version: int) -> int:
         """Broadcast `state` as `version`; returns the bytes sent to each receiver."""
@@ -145,10 +146,17 @@ class Sender:
         for e in entries:
             by_bucket.setdefault(e.bucket, []).append(e)
         for b, size in enumerate(sizes):
-            buf = torch.empty(size, dtype=torch.uint8, device=self.device)
-            for e in by_bucket.get(b, []):
-                src = state[e.name].detach().contiguous().reshape(-1)
-                buf[e.offset:e.offset + e.nbytes].view(e.dtype).copy_(src)
+            members = by_bucket.get(b, [])
+            tensor = state[members[0].name].detach() if len(members) == 1 else None
+            if tensor is not None and tensor.is_contiguous() and tensor.device.type == torch.device(self.device).type:
+                buf = tensor.reshape(-1).view(torch.uint8)  # a tensor alone in its bucket goes as it is
+            else:
+                if self.buffer.numel() < size:  # one packing buffer, kept: each broadcast completes before the next
+                    self.buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+                buf = self.buffer[:size]
+                for e in members:
+                    src = state[e.name].detach().contiguous().reshape(-1)
+                    buf[e.offset:e.offset + e.nbytes].view(e.dtype).copy_(src)
             _broadcast(self.pg, buf)
             yield b
 
@@ -204,7 +212,7 @@ def _close(member) -> None:
     import gc
 
     member.pg = None
-    member.staging = []
+    member.staging = member.buffer = None
     gc.collect()
 
 
