@@ -10,6 +10,7 @@ one unmeasured publish each (the collective's first publish also forms its group
 
     python benchmarks/weight_transport.py                       # the full grid (skips cells that do not fit)
     python benchmarks/weight_transport.py --sizes 1M 25M --replicas 1 2
+    python benchmarks/weight_transport.py --table benchmarks/results/weight_transport.json
 
 Writes benchmarks/results/weight_transport[_<label>].json.
 """
@@ -156,6 +157,18 @@ def fits(size: str, replicas: int, budget_gb: float) -> bool:
     return gb * (2 + 2 * replicas) <= budget_gb
 
 
+def table(cells: list[dict]) -> str:
+    """The markdown table of docs/benchmarks.md: medians (min-max) and collective / object store."""
+    lines = ["| model | replicas | object_store s | collective s | collective / object_store | first collective s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for c in cells:
+        o, k = c["object_store"], c["collective"]
+        lines.append(f"| {c['size']} | {c['replicas']} | {o['median_s']:.3f} ({o['min_s']:.3f}-{o['max_s']:.3f}) | "
+                     f"{k['median_s']:.3f} ({k['min_s']:.3f}-{k['max_s']:.3f}) | {k['median_s'] / o['median_s']:.2f} | "
+                     f"{c['first_publish_s']['collective']:.3f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES))
@@ -164,7 +177,11 @@ def main() -> None:
     parser.add_argument("--bucket-mb", type=float, default=256.0)
     parser.add_argument("--memory-gb", type=float, default=16.0, help="skip cells whose peak would pass this")
     parser.add_argument("--label", default="")
+    parser.add_argument("--table", help="print the markdown table of a results JSON and exit")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())["cells"]))
+        return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
     import torch
@@ -191,6 +208,7 @@ def main() -> None:
     out = ROOT / "benchmarks" / "results" / f"weight_transport{'_' + args.label if args.label else ''}.json"
     out.write_text(json.dumps({"meta": meta, "cells": results}, indent=1))
     print(f"wrote {out}")
+    print(table(results))
 
 
 if __name__ == "__main__":

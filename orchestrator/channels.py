@@ -42,11 +42,15 @@ class Channel:
             if self._inflight is not None:  # one broadcast at a time, in order; raises what the last one hit
                 previous, self._inflight = self._inflight, None
                 await previous
-            task = asyncio.ensure_future(self._collective(version))
-            if wait:
-                await task
-            else:
-                self._inflight = task
+            # the calls are submitted before this returns, so the learner's next call queues behind
+            # its send (not the other way round, which would leave the replicas waiting a train step)
+            started = await self._start(version)
+            if started is not None:
+                task = asyncio.ensure_future(self._finish(version, *started))
+                if wait:
+                    await task
+                else:
+                    self._inflight = task
         else:
             payload = getattr(self.learner.handles[0], self.method).remote()
             for pool in self.targets:
@@ -86,16 +90,22 @@ class Channel:
         self._members = members
         return self._link, True
 
-    async def _collective(self, version: int) -> None:
+    async def _start(self, version: int):
+        """Mark the version, form the group if needed, submit the send and every receive."""
         for pool in self.targets:
             pool.mark_collective(version, self._export)
         live = [(pool, rep) for pool in self.targets for rep in pool.replicas if rep.alive]
         if not live:
-            return  # replicas that come back catch up through the object store
+            return None  # replicas that come back catch up through the object store
         link, join = await self._epoch(live)
         send = self.learner.handles[0].send_weights.remote(link, version)
         receives = [asyncio.ensure_future(_answer(rep.handle.receive_weights.remote(link, i + 1, version, join)))
                     for i, (_, rep) in enumerate(live)]
+        return live, send, receives
+
+    async def _finish(self, version: int, live: list, send, receives: list) -> None:
+        """Record who holds the version; dead replicas restart, the others that missed it get it
+        through the object store, and a broken group is replaced at the next publish."""
         try:
             await send
             sent = None
