@@ -135,3 +135,31 @@ def test_nccl_on_roles_without_gpus_is_refused_naming_them():
         channel.backend()
     channel.settings = WeightsConfig(transport="collective", backend="auto")
     assert channel.backend() == "gloo"
+
+
+def _dying_receiver(link: Link):
+    """Joins as rank 2, takes the header, then dies without a word."""
+    import os
+
+    from actors.weight_transport import Receiver
+
+    receiver = Receiver(link, 2)
+    n = torch.zeros(1, dtype=torch.int64)
+    receiver.pg.broadcast(n, 0).wait()
+    receiver.pg.broadcast(torch.empty(int(n.item()), dtype=torch.uint8), 0).wait()
+    os._exit(1)
+
+
+def test_a_receiver_that_dies_mid_broadcast_fails_the_sender_not_at_the_timeout():
+    source, survivor = Net(seed=1), Net(seed=2)
+    sender = Endpoint()
+    link = _link(sender.open("policy", "g1", "127.0.0.1", 60.0), 3, timeout_s=60.0)
+    proc = mp.get_context("spawn").Process(target=_dying_receiver, args=(link,))
+    proc.start()
+    threads, errors = _receive_all(link, [survivor], version=6)  # rank 1
+    with pytest.raises(WeightTransportError, match=r"version 6 \(group g1\): the broadcast broke after") as e:
+        sender.send(link, source.state_dict(), 6)
+    assert "Timed out" not in str(e.value)  # the dead peer's closed socket, not the 60 s timeout
+    threads[0].join()
+    proc.join(timeout=30)
+    assert "policy" not in sender.senders  # the broken group was dropped; the next publish forms a new one
