@@ -57,20 +57,17 @@ class Learner(Trainable):
         """The model's parameters, then those of the objectives' own modules (a value head)."""
         return list(self.model.parameters()) + [p for o in self.objectives.values() for p in o.parameters()]
 
-    def clip_grads(self, max_norm: float) -> torch.Tensor:
-        """Gradient clipping over every trained parameter in one batched pass (foreach)."""
-        return torch.nn.utils.clip_grad_norm_(self.trained_parameters(), max_norm, foreach=True)
-
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
         return adamw(self.trained_parameters(), lr=lr, weight_decay=self.algo.weight_decay)
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str, optimizer: bool = True) -> str:
         out = super().save(path, optimizer)
-        for objective in self.objectives.values():
-            objective.save(Path(out))
+        if self.ranks.is_main:
+            for objective in self.objectives.values():
+                objective.save(Path(out))
         if optimizer and getattr(self, "_reference_moves", False):
-            self.reference.save_pretrained(Path(out) / REFERENCE_DIR)
+            self.save_model(self.reference, Path(out) / REFERENCE_DIR, tokenizer=False)
         return out
 
     def restore(self, path: str) -> int:
@@ -95,16 +92,15 @@ class Learner(Trainable):
         """A fresh AdamW for RL after warm-up (its own learning rate, no carried-over moments)."""
         self.optimizer = self._new_optimizer(self.algo.lr)
         if self.algo.kl_coef > 0:  # the reference is the policy RL starts from
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.reference = self.frozen_copy()
 
     def snapshot_reference(self, path: str | None = None) -> int:
         """Freeze the current weights as the reference of an iteration's preference loss (and save
         them to `path`, the iteration's snapshot)."""
-        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.reference = self.frozen_copy()
         self._reference_moves = True  # saved with every checkpoint, not once per run
         if path:
-            self.model.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
+            self.save_model(self.model, Path(path))
         return self.version
 
     # ---- the objectives' steps -------------------------------------------------------------------

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from actors import batch as B
-from actors.trainable import Trainable, adamw, clip_grad_norm
+from actors.trainable import Trainable, adamw
 
 
 class ImplicitPRM(Trainable):
@@ -59,15 +59,20 @@ class ImplicitPRM(Trainable):
         lab_rows = rows[labelled]
         if len(lab_rows):
             self.optimizer.zero_grad(set_to_none=True)
-            right, total_loss = 0, 0.0
-            for mb in lab_rows.split(self.micro):
+            sums = {"right": 0.0, "loss": 0.0}
+            # this rank's labelled rows, by whole groups; the mean is over every rank's (actors.distributed)
+            own = self.ranks.shard(lab_rows, groups, r_mask.sum(1) + seq[5])
+            for mb, real in self.ranks.micro_batches(own, self.micro, lab_rows):
                 logp = self._implicit(self.model, seq, mb, groups)
                 outcome = self.prime.beta * ((logp - ref[mb]) * r_mask[mb]).sum(1)
                 loss = F.binary_cross_entropy_with_logits(outcome, target[mb], reduction="sum") / len(lab_rows)
-                loss.backward()
-                total_loss += loss.item() * len(lab_rows)
-                right += int(((outcome > 0).float() == target[mb]).sum())
-            clip_grad_norm(self.model, 1.0)
+                (loss * self.ranks.world_size * real).backward()
+                if real:
+                    sums["loss"] += loss.item() * len(lab_rows)
+                    sums["right"] += int(((outcome > 0).float() == target[mb]).sum())
+            sums = self.ranks.sum(sums)
+            right, total_loss = sums["right"], sums["loss"]
+            self.clip_grads(1.0)
             self.optimizer.step()
             self.version += 1
             info.update({"prm/loss": total_loss / len(lab_rows), "prm/accuracy_before": right / len(lab_rows)})

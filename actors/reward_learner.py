@@ -12,7 +12,7 @@ import torch
 
 from actors import batch as B
 from actors.reward_model import render, score_ids
-from actors.trainable import Trainable, adamw, clip_grad_norm
+from actors.trainable import Trainable, adamw
 
 
 class RewardLearner(Trainable):
@@ -57,19 +57,32 @@ class RewardLearner(Trainable):
         B.validate_pairs(pairs)
         losses, accs, steps = [], [], 0
         order = self.rng.permutation(pairs.num_rows)
+        ranks = self.ranks
         for start in range(0, pairs.num_rows, self.rm.batch_pairs):
             chunk = pairs.take(pa.array(order[start:start + self.rm.batch_pairs]))
-            chosen, rejected = self._pair_texts(chunk)
-            scores = self._scores(chosen + rejected)
-            loss, stats = bradley_terry(scores[:len(chosen)], scores[len(chosen):], margin=self.rm.margin)
+            own = ranks.split(chunk.num_rows)  # this rank's pairs (every rank: the whole chunk at 1 rank)
+            real = len(own) > 0
+            if not real and not ranks.sharded:
+                own = torch.zeros(0, dtype=torch.long)
+            elif not real:  # fsdp2: a zero-weight pair keeps the collectives in step
+                own = torch.zeros(1, dtype=torch.long)
             self.optimizer.zero_grad(set_to_none=True)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"reward-model loss is {float(loss)}; lower reward_model.lr")
-            loss.backward()
-            clip_grad_norm(self.model, 1.0)
+            sums = {"loss": 0.0, "right": 0.0}
+            if len(own):
+                chosen, rejected = self._pair_texts(chunk.take(pa.array(own.numpy())))
+                scores = self._scores(chosen + rejected)
+                loss, stats = bradley_terry(scores[:len(chosen)], scores[len(chosen):], margin=self.rm.margin)
+                # the chunk's mean over every rank's pairs, times the world size (gradients are averaged)
+                weight = len(own) / chunk.num_rows if real else 0.0
+                (loss * weight * ranks.world_size).backward()
+                sums = {"loss": loss.item() * weight, "right": float(stats["accuracy"]) * len(own) * real}
+            sums = ranks.sum(sums)
+            if not np.isfinite(sums["loss"]):
+                raise FloatingPointError(f"reward-model loss is {sums['loss']}; lower reward_model.lr")
+            self.clip_grads(1.0)
             self.optimizer.step()
-            losses.append(loss.item())
-            accs.append(float(stats["accuracy"]))
+            losses.append(sums["loss"])
+            accs.append(sums["right"] / chunk.num_rows)
             steps += 1
         if steps:
             self.version += 1

@@ -1,5 +1,7 @@
 """What every learner shares: a model and its optimizer, its own version counter, publishing
-versioned weights, tokenised sequences, and checkpoints (HF `save_pretrained` + optimizer + state).
+versioned weights, tokenised sequences, its rank in the role's group (actors.distributed), and
+checkpoints (HF `save_pretrained` gathered on rank 0, plus the optimizer through
+`torch.distributed.checkpoint`, resumable at another world size, plus the learner's state).
 
 A learner counts its own versions (one per optimizer update round); the orchestrator reads them from
 what the learner returns, so two learners in one run never share a counter.
@@ -10,15 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import ray
 import torch
 
 from actors import batch as B
-from actors.weight_transport import Endpoint, Link, node_ip
-from actors.weights import export_tensors
+from actors.weight_transport import Endpoint, Link, WeightTransportError, node_ip
+from actors.weights import export_state
 
 STATE_FILE = "learner_state.pt"
-OPTIMIZER_FILE = "optimizer.pt"
+OPTIMIZER_FILE = "optimizer.pt"  # checkpoints before sharded ones (still restored)
+SHARDED_DIR = "sharded"  # torch.distributed.checkpoint: the optimizer, loadable at any world size
 
 
 def adamw(params, lr: float, weight_decay: float = 0.01) -> torch.optim.Optimizer:
@@ -31,9 +33,12 @@ def adamw(params, lr: float, weight_decay: float = 0.01) -> torch.optim.Optimize
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
-def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
-    """Gradient clipping in one batched pass (foreach) instead of a norm per parameter."""
-    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
+def rebuilt(optimizer: torch.optim.Optimizer, params) -> torch.optim.Optimizer:
+    """The same optimizer, with its settings, over new parameter objects (after sharding)."""
+    import inspect
+
+    accepted = inspect.signature(type(optimizer)).parameters
+    return type(optimizer)(list(params), **{k: v for k, v in optimizer.defaults.items() if k in accepted})
 
 
 class Trainable:
@@ -46,6 +51,7 @@ class Trainable:
     def _setup(self, config, role: dict | None, seed_offset: int = 0) -> None:
         import transformers
 
+        from actors.distributed import Ranks
         from actors.runtime import setup_torch
 
         transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars in logs
@@ -56,39 +62,93 @@ class Trainable:
         self.alone_threads = role["alone_threads"] if "alone_threads" in role else \
             (role.get("threads", 0) or config.train.threads)
         self.version = 0
+        self.ranks = Ranks(role.get("rank", 0), role.get("world_size", 1), config.learner.strategy)
         self.weights_endpoint = Endpoint()  # the sending end of its channels' collective weight groups
 
     def ping(self) -> int:
         return self.version
 
-    # ---- weights ---------------------------------------------------------------------------------
+    # ---- the role's process group (actors.distributed) ----------------------------------------------
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0's address and a free port for the group's TCP rendezvous."""
+        from actors.distributed import free_port, node_address
+        return node_address(), free_port()
+
+    def init_distributed(self, address: str, port: int) -> str:
+        """Join the group, shard or replicate the model, and rebuild the optimizer over it. Returns
+        the backend."""
+        import logging
+
+        cfg = self.config.learner
+        backend = cfg.backend if cfg.backend != "auto" else ("nccl" if self.device.startswith("cuda") else "gloo")
+        self.ranks.init(address, port, backend, cfg.timeout_s)
+        on_gpu = self.device.startswith("cuda")
+        if self.ranks.is_main and not on_gpu and (cfg.mixed_precision or cfg.cpu_offload):
+            logging.getLogger("coevo").warning("learner.mixed_precision / cpu_offload apply to fsdp2 on GPU; "
+                                               "this learner is on CPU and trains in float32")
+        wrap = dict(device=self.device, mixed_precision=cfg.mixed_precision if on_gpu else None,
+                    cpu_offload=cfg.cpu_offload and on_gpu)
+        if self.ranks.sharded:
+            import copy
+            # a sharded holder for references frozen later (deep copies of a sharded model are not safe)
+            self._reference_shell = self.ranks.wrap(copy.deepcopy(self.model).eval().requires_grad_(False), **wrap)
+        self.ranks.broadcast_parameters(self.model)
+        self.model = self.ranks.wrap(self.model, **wrap)
+        if self.reference is not None:
+            self.reference = self.ranks.wrap(self.reference, **wrap)
+        self.optimizer = rebuilt(self.optimizer, self.trained_parameters())
+        return backend
+
+    def trained_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())
+
+    def clip_grads(self, max_norm: float) -> torch.Tensor:
+        """Average gradients over the ranks, then clip every trained parameter by the global norm
+        (one batched foreach pass)."""
+        return self.ranks.clip_grads(self.trained_parameters(), max_norm)
+
+    def frozen_copy(self) -> torch.nn.Module:
+        """The current weights as a frozen model (a reference), sharded like the model."""
+        import copy
+        if not self.ranks.sharded:
+            return copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.ranks.load_full_state(self._reference_shell, self.ranks.full_state(self.model, everywhere=True))
+        return self._reference_shell
+
     def full_state(self) -> dict[str, torch.Tensor]:
-        """The whole model's state, the one thing every transport publishes."""
-        return self.model.state_dict()
+        """The model's whole state dict (gathered from the shards; on rank 0 only, under fsdp2)."""
+        return self.ranks.full_state(self.model)
 
-    def publish(self) -> dict:
-        """`{"version", "state"}`: the object store holds it once, every replica maps it zero-copy."""
-        return export_tensors(self.full_state(), self.version)
+    # ---- weights ---------------------------------------------------------------------------------
+    def publish(self) -> dict | None:
+        """`{"version", "state"}`: the object store holds it once, every replica maps it zero-copy.
+        Every rank takes part (a sharded model is gathered); rank 0 returns it, the others None."""
+        state = self.full_state()
+        return export_state(state, self.version) if self.ranks.is_main else None
 
-    @ray.method(num_returns=2)
-    def export(self) -> tuple[int, dict]:
-        """`(version, payload)`: the driver reads the version without fetching the payload (a
-        collective channel makes one only when a restarted replica needs to catch up)."""
-        return self.version, self.publish()
+    def publish_parts(self) -> tuple[dict | None, dict]:
+        """`publish` as (payload, info), so a pool call hands on the payload's ref unfetched."""
+        return self.publish(), {"version": self.version}
 
     def open_weights(self, channel: str, group: str, timeout_s: float) -> tuple[str, int]:
         """Host the rendezvous store of a new epoch (`group`) of `channel`'s weight group: `(host, port)`."""
         host = node_ip()
         return host, self.weights_endpoint.open(channel, group, host, timeout_s)
 
-    def send_weights(self, link: Link, version: int) -> int:
-        """Broadcast this learner's weights as `version` to the group of `link` (rank 0). Every rank
-        of a learner may call it: the state comes from `full_state()`, which is empty off rank 0.
-        Returns the bytes each receiver got."""
+    def send_weights(self, link: Link, version: int) -> dict:
+        """Broadcast this learner's weights as `version` to the group of `link`. Every rank calls it
+        (a sharded model is gathered by `full_state()`); rank 0 sends. Returns `{"bytes"}` sent to each
+        receiver, or `{"error"}` when the broadcast broke: a transport failure is the channel's to
+        handle (a raise would take a rank group down)."""
         if version != self.version:
             raise ValueError(f"send_weights: asked to send version {version}, but the learner is at {self.version}")
         state = self.full_state()
-        return self.weights_endpoint.send(link, state, version, device=str(self.device)) if state else 0
+        if not self.ranks.is_main:
+            return {"bytes": 0}
+        try:
+            return {"bytes": self.weights_endpoint.send(link, state, version, device=str(self.device))}
+        except WeightTransportError as e:
+            return {"error": str(e)}
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict:
@@ -99,19 +159,61 @@ class Trainable:
         pass
 
     def save(self, path: str, optimizer: bool = True) -> str:
+        """The HF export (gathered, written by rank 0); with `optimizer`, also the optimizer sharded by
+        every rank (torch.distributed.checkpoint) and the learner's state."""
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(out)
-        self.tokenizer.save_pretrained(out)
+        self.save_model(self.model, out)
         if optimizer:
-            torch.save(self.optimizer.state_dict(), out / OPTIMIZER_FILE)
-            torch.save({"version": self.version, "extra": self.extra_state()}, out / STATE_FILE)
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save(self._sharded_state(), checkpoint_id=str(out / SHARDED_DIR))
+            if self.ranks.is_main:
+                torch.save({"version": self.version, "world_size": self.ranks.world_size,
+                            "extra": self.extra_state()}, out / STATE_FILE)
+        self.ranks.barrier()
         return str(out)
 
+    def save_model(self, model: torch.nn.Module, out: Path, tokenizer: bool = True) -> None:
+        """`save_pretrained` of the whole (gathered) model on rank 0: plain transformers loads it."""
+        state = self.ranks.full_state(model)
+        if self.ranks.is_main:
+            model.save_pretrained(out, state_dict=state)
+            if tokenizer:
+                self.tokenizer.save_pretrained(out)
+
+    def _trained_module(self) -> torch.nn.Module:
+        """The module that owns every parameter the optimizer holds: the model, or the model plus the
+        objectives' own parameters (a value head) when there are any (checkpoint keys need owners)."""
+        own = {id(p) for p in self.model.parameters()}
+        extra = [p for p in self.trained_parameters() if id(p) not in own]
+        if not extra:
+            return self.model
+        holder = torch.nn.Module()
+        holder.model = self.model
+        holder.extra = torch.nn.ParameterList(extra)
+        return holder
+
+    def _sharded_state(self) -> dict:
+        """The optimizer's state keyed by parameter names (so any world size can load it). The model's
+        weights are not repeated: the HF export beside it holds them, and a learner is built from it."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return {"optimizer": get_optimizer_state_dict(self._trained_module(), self.optimizer)}
+
     def restore(self, path: str) -> int:
-        """Optimizer, version and extra state of a checkpoint whose model this learner was built from."""
+        """Optimizer, version and extra state of a checkpoint whose model this learner was built from
+        (saved at any world size)."""
         path = Path(path)
-        self.optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
+        if (path / SHARDED_DIR).is_dir():
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+            state = self._sharded_state()
+            dcp.load(state, checkpoint_id=str(path / SHARDED_DIR))
+            set_optimizer_state_dict(self._trained_module(), self.optimizer, state["optimizer"])
+        else:  # a checkpoint from before sharded checkpoints (one rank)
+            self.optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
         state = torch.load(path / STATE_FILE, weights_only=False)
         self.version = int(state["version"])
         self.load_extra_state(state.get("extra", {}))
@@ -121,12 +223,16 @@ class Trainable:
         """The frozen reference, saved once per run, so a resumed run keeps the original one."""
         if self.reference is None:
             return None
-        self.reference.save_pretrained(Path(path))
+        self.save_model(self.reference, Path(path), tokenizer=False)
         return path
 
     def load_reference(self, path: str) -> None:
         from actors import modeling
-        self.reference = modeling.load_model(path).to(self.device).eval().requires_grad_(False)
+        reference = modeling.load_model(path).to(self.device).eval().requires_grad_(False)
+        if self.ranks.sharded:
+            self.ranks.load_full_state(self._reference_shell, reference.state_dict())
+            reference = self._reference_shell
+        self.reference = reference
 
     # ---- tensors ---------------------------------------------------------------------------------
     def _sequences(self, table: pa.Table, prompt_col: str = "prompt_ids", response_col: str = "response_ids"):

@@ -23,12 +23,10 @@ class WeightMismatchError(ValueError):
     """A weight update does not fit the model it was sent to; nothing was loaded."""
 
 
-def export_state(model: torch.nn.Module, version: int) -> dict:
-    """The publishable payload: numpy arrays (the object store maps them zero-copy)."""
-    return export_tensors(model.state_dict(), version)
-
-
-def export_tensors(state: dict[str, torch.Tensor], version: int) -> dict:
+def export_state(model: torch.nn.Module | dict, version: int) -> dict:
+    """The publishable payload of a model or a state dict: numpy arrays (the object store maps them
+    zero-copy)."""
+    state = model.state_dict() if isinstance(model, torch.nn.Module) else model
     return {"version": int(version), "state": {k: v.detach().cpu().numpy() for k, v in state.items()}}
 
 

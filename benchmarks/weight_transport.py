@@ -70,9 +70,11 @@ class BenchLearner(Trainable):
     def __init__(self, config, role=None):
         import torch
 
+        from actors.distributed import Ranks
+
         torch.set_num_threads(1)
         self.model, self.version, self.device = qwen2(config.size, True), 0, "cpu"
-        self.weights_endpoint = Endpoint()
+        self.weights_endpoint, self.ranks = Endpoint(), Ranks()
 
     def set_version(self, version: int) -> int:
         self.version = version

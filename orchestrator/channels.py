@@ -52,7 +52,8 @@ class Channel:
                 else:
                     self._inflight = task
         else:
-            payload = getattr(self.learner.handles[0], self.method).remote()
+            # every rank of the learner takes part (a sharded model is gathered); the payload is not fetched
+            payload, _ = await self.learner.call(self.method + "_parts")
             for pool in self.targets:
                 await pool.set_weights(version, payload, wait=wait)
         self.version = version
@@ -73,8 +74,10 @@ class Channel:
                             f"{self.name!r}, but roles {cpu} have num_gpus=0; use weights.backend=gloo or auto")
         return self.settings.backend
 
-    def _export(self):
-        return self.learner.handles[0].export.remote()
+    async def _export(self) -> tuple[int, ray.ObjectRef]:
+        """`(version, payload)` in the object store, for a replica that catches up (every rank takes part)."""
+        payload, info = await self.learner.call(self.method + "_parts")
+        return info["version"], payload
 
     async def _epoch(self, live: list) -> tuple[Link, bool]:
         """The group for these live replicas: the current one, or a new epoch when they changed
@@ -98,7 +101,9 @@ class Channel:
         if not live:
             return None  # replicas that come back catch up through the object store
         link, join = await self._epoch(live)
-        send = self.learner.handles[0].send_weights.remote(link, version)
+        # every rank calls it (a sharded model is gathered first); rank 0 sends
+        send = asyncio.ensure_future(self.learner.call("send_weights", link, version, table=False))
+        await asyncio.sleep(0)  # let it submit the calls now, ahead of the learner's next one
         receives = [asyncio.ensure_future(_answer(rep.handle.receive_weights.remote(link, i + 1, version, join)))
                     for i, (_, rep) in enumerate(live)]
         return live, send, receives
@@ -107,13 +112,13 @@ class Channel:
         """Record who holds the version; dead replicas restart, the others that missed it get it
         through the object store, and a broken group is replaced at the next publish."""
         try:
-            await send
-            sent = None
+            answer = await send
+            sent = answer.get("error")
         except ACTOR_ERRORS as e:
             raise RoleError(f"channel {self.name!r}: the learner died while broadcasting version {version}: {e}",
                             lost_learner=True) from None
         except ray.exceptions.RayTaskError as e:
-            sent = e
+            sent = _first_line(e)
         # receivers finish with the sender; one stuck behind a long call gets the object store instead
         done, _ = await asyncio.wait(receives, timeout=self.settings.timeout_s)
         fallback = []
@@ -130,8 +135,7 @@ class Channel:
         if sent is not None or fallback or len(done) < len(receives):
             self._link = None  # the next publish forms a new group with whoever is live then
         if sent is not None:
-            log.warning("channel %s: broadcast of version %d failed on the learner: %s", self.name, version,
-                        _first_line(sent))
+            log.warning("channel %s: broadcast of version %d failed on the learner: %s", self.name, version, sent)
         for pool, rep, error in fallback:
             log.warning("channel %s: replica %d of %s did not take version %d over the group (%s); sending it "
                         "through the object store", self.name, rep.index, pool.name, version, _first_line(error))

@@ -8,7 +8,9 @@ power loss leaves either the old checkpoint or the complete new one.
     checkpoints/step_N/
       loop_state.json            step, time, sampler position, counters, channel versions, held
                                  role state (the verifiers' merged statistics, one copy)
-      <learner role>/            HF save_pretrained + tokenizer + optimizer.pt + learner_state.pt
+      <learner role>/            HF save_pretrained (gathered on rank 0) + tokenizer + learner_state.pt
+                                 + sharded/: the optimizer (torch.distributed.checkpoint), loadable
+                                 at any world size
       references/<learner role>/ its frozen reference (hard links: orchestrator.frozen)
       frozen/                    frozen reward models (reward_models/<source>), the sampled policy
                                  of a recipe without a policy learner (policy)

@@ -196,6 +196,21 @@ class ReplicaRole(Section):
     # Ray custom resources per replica, e.g. {cpu_worker: 1}: places the role on the node types
     # that declare them (cluster.yaml), which the autoscaler then starts for it.
     resources: dict[str, float] = {}
+    # A learner's replicas are the ranks of one torch.distributed group, in a placement group:
+    # pack them onto as few nodes as possible (fast collectives) or spread them over nodes.
+    placement: Literal["pack", "spread"] = "pack"
+
+
+class LearnerConfig(Section):
+    """How a learner role with `roles.<name>.replicas: N` trains as N ranks (docs/learners.md)."""
+    # ddp: every rank holds the model, gradients are averaged; fsdp2: parameters, gradients and
+    # optimizer state sharded over the ranks (torch.distributed.fsdp.fully_shard)
+    strategy: Literal["ddp", "fsdp2"] = "ddp"
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on GPU, gloo on CPU
+    mixed_precision: Optional[Literal["bf16", "fp16"]] = None  # fsdp2 on GPU: compute dtype (fp32 master)
+    cpu_offload: bool = False  # fsdp2 on GPU: parameters and optimizer state in host memory
+    # a collective that waits longer (a rank died or hangs) fails instead of blocking for ever
+    timeout_s: float = Field(600.0, gt=0)
 
 
 class AlgorithmConfig(Section):
@@ -300,6 +315,7 @@ class Config(Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     warmup: WarmupConfig = WarmupConfig()
     train: TrainConfig = TrainConfig()
+    learner: LearnerConfig = LearnerConfig()
     # Extra aggregation stages over the reward sources (G-RA gates, PAR, Parrot selection, process
     # rewards): see actors/rewards/aggregate.py. Weights and normalisation come from `rewards`.
     aggregate: dict[str, Any] = {}
@@ -368,9 +384,6 @@ class Config(Section):
         unknown = sorted(set(self.roles) - set(known))
         if unknown:
             raise ValueError(f"roles: recipe {self.recipe!r} has no role {unknown[0]!r}; its roles: {known}")
-        for name in known:
-            if kinds[name] == "learner" and name in self.roles and self.roles[name].replicas != 1:
-                raise ValueError(f"roles.{name}.replicas: a learner runs as one replica")
         chunk = self.rollout.chunk_prompts
         if chunk is not None and self.rollout.prompts_per_step % chunk:
             raise ValueError(f"rollout.chunk_prompts={chunk} must divide rollout.prompts_per_step="

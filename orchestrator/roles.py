@@ -56,6 +56,7 @@ class RoleSpec:
     max_restarts: int = 10
     timeout_s: float | None | str = _KIND_DEFAULT  # None or 0: no limit
     resources: dict = field(default_factory=dict)  # Ray custom resources per replica
+    placement: str = "pack"  # a learner's ranks: placement-group strategy (pack / spread)
     # threads picked for overlapped stages rather than by the user: a phase that runs alone (the
     # SFT warm-up, before generation starts) may use every core
     shared_threads: bool = False
@@ -117,14 +118,11 @@ class Pool:
         self.name, self.spec = name, spec
         cls = import_path(spec.actor, what=f"role {name!r} actor")
         self.class_name = cls.__name__
-        remote = ray.remote(cls).options(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus,
-                                         resources=spec.resources or None,
-                                         max_restarts=spec.max_restarts, max_task_retries=0)
-        self.replicas = [
-            Replica(remote.remote(config, *spec.args, role={"name": name, "replica": i, "threads": spec.threads,
-                                                           "alone_threads": 0 if spec.shared_threads else spec.threads,
-                                                           "num_gpus": spec.num_gpus}, **spec.kwargs), i)
-            for i in range(spec.replicas)]
+        actor = ray.remote(cls)
+        options = dict(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, resources=spec.resources or None,
+                       max_restarts=spec.max_restarts, max_task_retries=0)
+        self.replicas = [Replica(actor.options(**options, **self._placement(i)).remote(
+            config, *spec.args, role=self._role(i), **spec.kwargs), i) for i in range(spec.replicas)]
         self.version = 0
         self.published = False  # once a version is published, a replica gets work only if it holds it
         # an object-store payload (of weights_version) for restarted replicas; a collective channel
@@ -141,6 +139,20 @@ class Pool:
         self._changed = asyncio.Condition()
         self.calls = self.retries = 0
         self.created = time.perf_counter()
+
+    def _role(self, i: int) -> dict:
+        """What replica `i` is told about its role (its threads, its GPUs ...)."""
+        spec = self.spec
+        return {"name": self.name, "replica": i, "threads": spec.threads,
+                "alone_threads": 0 if spec.shared_threads else spec.threads, "num_gpus": spec.num_gpus}
+
+    def _placement(self, i: int) -> dict:
+        """Where replica `i` runs: anywhere Ray finds room (a learner's ranks: their placement group)."""
+        return {}
+
+    def describe(self) -> str | None:
+        """A line for the run's start, where the role is more than a plain pool."""
+        return None
 
     @property
     def handles(self) -> list:
@@ -307,7 +319,7 @@ class Pool:
 
     def mark_collective(self, version: int, export) -> None:
         """A collective channel broadcasts `version` now: replicas get work once they hold it, and
-        one that restarts catches up from `export()` -> `(version_ref, payload_ref)`, called only then."""
+        one that restarts catches up from `await export()` -> `(version, payload_ref)`, called only then."""
         if self.fatal is not None:
             raise self.fatal
         self.version, self.published = version, True
@@ -319,8 +331,7 @@ class Pool:
         then the payload is its newer version, which the replica holds until the next publish."""
         async with self._exporting:
             if self._export is not None and (self.weights is None or self.weights_version < self.version):
-                version_ref, payload = self._export()
-                self.weights_version, self.weights = int(await version_ref), payload
+                self.weights_version, self.weights = await self._export()
         if self.weights is None:
             raise RuntimeError(f"role {self.name!r}: no weights were published yet")
         return self.weights_version, self.weights
@@ -399,25 +410,3 @@ def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
     detail = re.search(r"Worker exit detail: (.+?\.)", text)
     return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
             f"{detail.group(1).rstrip('.') if detail else type(error).__name__}. The run cannot go on without it.")
-
-
-def build_pools(recipe_roles: dict[str, RoleSpec], config) -> dict[str, Pool]:
-    return {name: Pool(name, resolve(spec, config.roles.get(name), config), config)
-            for name, spec in recipe_roles.items()}
-
-
-async def ready(pools: dict) -> None:
-    """Every replica constructed; a constructor that fails is reported by role."""
-    try:
-        await asyncio.gather(*[p.ready() for p in pools.values()])
-    except ray.exceptions.RayActorError as e:
-        raise RoleError(startup_error(e)) from None
-
-
-def startup_error(e: BaseException) -> str:
-    import re
-
-    text = str(e)
-    init = re.search(r"ray::(\w+)\.__init__", text) or re.search(r"class_name: (\w+)", text)
-    cause = text.strip().splitlines()[-1]
-    return f"the {init.group(1) if init else 'an'} actor failed to start: {cause}"

@@ -20,7 +20,8 @@ from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
-from orchestrator.roles import RoleError, build_pools, ready
+from orchestrator.pools import build_pools, ready
+from orchestrator.roles import RoleError
 from orchestrator.stage_driver import StageDriver
 
 
@@ -122,6 +123,8 @@ class Run:
                                     pools=pools, metrics=metrics, progress=self.progress)
         ctx.stop_requested = self._pending_stop
         await ready(pools)
+        for line in filter(None, (pool.describe() for pool in pools.values())):
+            self.progress.print(line)
         ctx.channels = self.recipe.channels(ctx)
         if self.state:
             await self._restore(ctx)

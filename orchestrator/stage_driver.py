@@ -8,7 +8,7 @@ from orchestrator import cluster
 from orchestrator.data import PromptSampler
 from orchestrator.loop import RunContext
 from orchestrator.recipes import Sources
-from orchestrator.roles import build_pools, ready
+from orchestrator.pools import build_pools, ready
 from orchestrator.stage_cache import read_marker
 
 _HOLDERS = ("generator", "policy_learner")  # pools that hold the policy a stage starts from

@@ -52,7 +52,7 @@ def test_a_learner_named_critic_is_checkpointed_and_resumed(ray_env, warm_cache,
     coevo([*args, "train.max_steps=2"], ray_env, tmp_path)
     final = run_dir / "checkpoints" / "final"
     assert json.loads((final / "loop_state.json").read_text())["learners"] == ["critic"]
-    assert (final / "critic" / "optimizer.pt").is_file() and (final / "critic" / "config.json").is_file()
+    assert (final / "critic" / "sharded" / ".metadata").is_file() and (final / "critic" / "config.json").is_file()
     out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=4"], ray_env, tmp_path)
     assert "from final" in out
     rows = read_metrics(run_dir)

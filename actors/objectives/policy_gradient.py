@@ -90,15 +90,18 @@ class PolicyGradient(Objective):
             rows = rider.prepare(table, data)
             if rows is not None:
                 needed = needed | rows
-        data["prox"] = self._proximal(data, needed)
-
         n = table.num_rows
         gen = torch.Generator().manual_seed(hash((lrn.config.seed, lrn.version)) % 2**63)
         order = torch.randperm(n, generator=gen) if algo.mini_batches > 1 else torch.arange(n)
+        updates = torch.tensor_split(order, min(algo.mini_batches, n))
+        # each rank's rows of each update: whole groups, balanced by tokens (actors.distributed)
+        cost = r_mask.sum(1) + p_width
+        mine = [lrn.ranks.shard(rows[needed[rows]], groups, cost) for rows in updates]
+        data["prox"] = self._proximal(data, mine, updates)
         sums = {k: 0.0 for k in SUMS}
         norms, skipped, computed = [], 0, 0
-        for rows in torch.tensor_split(order, min(algo.mini_batches, n)):
-            ok, norm, done = self._update(rows, needed, data, sums)
+        for rows, own in zip(updates, mine):
+            ok, norm, done = self._update(rows, own, needed, data, sums)
             norms.append(norm)
             skipped += not ok
             computed += done
@@ -115,19 +118,20 @@ class PolicyGradient(Objective):
         out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
         return out
 
-    def _proximal(self, d: dict, needed: torch.Tensor) -> torch.Tensor | None:
+    def _proximal(self, d: dict, mine: list[torch.Tensor], updates: list[torch.Tensor]) -> torch.Tensor | None:
         """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
-        policy), computed without gradients for the rows that train."""
+        policy), computed without gradients for the rows this rank trains."""
         lrn = self.learner
         if lrn.algo.off_policy != "decoupled_ppo":
             return None
         prox = torch.zeros_like(d["old_lp"])
-        rows = torch.nonzero(needed).squeeze(1)
+        rows = torch.cat(mine)
         with torch.no_grad():
-            for mb in (rows.split(lrn.algo.micro_batch_size) if len(rows) else ()):
-                prox[mb] = lrn._token_logprobs(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                               d["r_ids"][mb], d["p_width"], groups=d["groups"][mb],
-                                               **lrn.sampling).cpu()
+            for mb, real in lrn.ranks.micro_batches(rows, lrn.algo.micro_batch_size, torch.cat(updates)):
+                lp = lrn._token_logprobs(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
+                                         d["r_ids"][mb], d["p_width"], groups=d["groups"][mb], **lrn.sampling).cpu()
+                if real:
+                    prox[mb] = lp
         return prox
 
     def _loss(self, logp, old_lp, adv, prox):
@@ -142,10 +146,11 @@ class PolicyGradient(Objective):
         return OFF_POLICY.get(a.off_policy)(logp, old_lp, adv, proximal_logprobs=prox, clip_eps=a.clip_eps,
                                             clip_eps_high=a.clip_eps_high, is_cap=a.is_cap)
 
-    def _update(self, rows: torch.Tensor, needed: torch.Tensor, d: dict, sums: dict) -> tuple[bool, float, int]:
+    def _update(self, rows: torch.Tensor, own: torch.Tensor, needed: torch.Tensor, d: dict,
+                sums: dict) -> tuple[bool, float, int]:
         """One optimizer step on `rows`: token-mean over all their response tokens, in micro-batches
-        over the rows that need a forward pass. A non-finite loss or gradient skips the step
-        (counted, warned) instead of poisoning the weights."""
+        over the rows that need a forward pass (`own`: this rank's share of them). A non-finite loss
+        or gradient skips the step (counted, warned) instead of poisoning the weights."""
         from actors.algorithms.losses import kl_k3
         from actors.sampling import token_logprobs
 
@@ -162,9 +167,11 @@ class PolicyGradient(Objective):
         compute = rows[needed[rows]]
         riders = self.riders()
         after = any(r.needs_tail for r in riders)
+        # times the world size: the ranks' gradients are averaged, and the sum is the whole update's
+        scale = lrn.ranks.world_size
         for rider in riders:
             rider.begin(d, rows)
-        for mb in (compute.split(lrn.algo.micro_batch_size) if len(compute) else ()):
+        for mb, real in lrn.ranks.micro_batches(own, lrn.algo.micro_batch_size, compute):
             m = d["r_mask"][mb].to(dev).float()
             out = lrn._response_logits(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb], p_width,
                                        groups=d["groups"][mb], after=after)
@@ -179,27 +186,32 @@ class PolicyGradient(Objective):
                 if isinstance(term, torch.Tensor) or term:
                     terms.append(term)
                 for k, v in rider_sums.items():
-                    part[k] = part.get(k, 0.0) + v
+                    part[k] = part.get(k, 0.0) + (v if real else 0.0)
             if lrn.reference is not None:
                 with torch.no_grad():
                     ref_lp = lrn._token_logprobs(lrn.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
                                                  d["r_ids"][mb], p_width, groups=d["groups"][mb], **lrn.sampling)
                 kl = kl_k3(logp, ref_lp)
                 loss = loss + lrn.algo.kl_coef * kl
-                part["kl"] += (kl.detach() * m).sum().item()
+                part["kl"] += (kl.detach() * m).sum().item() if real else 0.0
             total = (loss * m).sum() / tokens  # each micro-batch divides by the update's token count
             for term in terms:
                 total = total + term
+            if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
+                (total * 0).backward()
+                continue
             if not torch.isfinite(total):
                 finite = False
-                break
-            total.backward()
+                if not lrn.ranks.sharded:
+                    break
+            (total * scale).backward()
             with torch.no_grad():
                 part["loss"] += (loss * m).sum().item()
                 part["pg_loss"] += (pg * m).sum().item()
                 part["clip_frac"] += (stats["clip_frac"] * m).sum().item()
                 part["is_weight"] += (stats["is_weight"] * m).sum().item()
         grad_norm = lrn.clip_grads(lrn.algo.grad_clip)
+        finite = lrn.ranks.all(finite)
         if finite and torch.isfinite(grad_norm):
             lrn.optimizer.step()
         else:
@@ -208,6 +220,7 @@ class PolicyGradient(Objective):
             lrn.skipped_steps += 1
             log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
                         part["loss"] / tokens, float(grad_norm), lrn.skipped_steps)
+        part = lrn.ranks.sum(part)
         # rows that were not computed had is_weight 1 in effect
         part["is_weight"] += float(d["r_mask"][rows[~needed[rows]]].sum())
         for k, v in part.items():
