@@ -290,6 +290,20 @@ class RayConfig(Section):
     dashboard: bool = False  # local cluster only; clusters started with `ray start` have one
 
 
+class WeightsConfig(Section):
+    """How a weight channel carries a learner's published versions to its target replicas
+    (docs/weights.md)."""
+    # object_store: one payload per publish, every replica maps it (zero-copy on a node). collective:
+    # the learner broadcasts over a process group with the replicas (gloo/nccl), in buckets
+    transport: Literal["object_store", "collective"] = "object_store"
+    bucket_mb: float = Field(256.0, gt=0)  # bucket size of the collective broadcast, MiB
+    # auto: nccl when the learner and every target replica have a GPU, else gloo
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    # a collective publish (forming the group, or one broadcast) that takes longer fails; the
+    # channel then sends that version through the object store and forms a new group next time
+    timeout_s: float = Field(300.0, gt=0)
+
+
 class Config(Section):
     recipe: str = "grpo"  # a registered recipe (pipelines) or `module:Class`
     seed: int = 0  # data order, sampling and model init
@@ -308,6 +322,7 @@ class Config(Section):
     aggregate: dict[str, Any] = {}
     roles: dict[str, ReplicaRole] = {}  # resources per role; the recipe names its roles
     ray: RayConfig = RayConfig()
+    weights: WeightsConfig = WeightsConfig()  # how learners reach their replicas (docs/weights.md)
 
     @field_validator("recipe")
     @classmethod

@@ -86,6 +86,13 @@ def test_bad_literal_names_accepted_values():
     assert "qwen2" in msg and "llama" in msg
 
 
+def test_weight_transport_names_accepted_values():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["weights.transport=nfs"])
+    msg = str(e.value)
+    assert "weights.transport" in msg and "'nfs'" in msg and "object_store" in msg and "collective" in msg
+
+
 def test_unknown_reward_function_lists_builtins():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["rewards=[{name: nope}]"])
@@ -129,6 +136,7 @@ def test_unknown_backend_lists_accepted():
     ("rollout.prompts_per_step=0", "rollout.prompts_per_step"),
     ("rollout.top_p=1.5", "rollout.top_p"),
     ("algorithm.lr=0", "algorithm.lr"),
+    ("weights.bucket_mb=0", "weights.bucket_mb"),
 ])
 def test_out_of_range_values(override, key):
     with pytest.raises(ConfigError) as e:
