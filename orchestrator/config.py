@@ -214,6 +214,11 @@ class LearnerConfig(Section):
     timeout_s: float = Field(600.0, gt=0)
 
 
+# Each method's own loss aggregation, where it is not the token mean (Dr.GRPO, Liu et al. 2025:
+# no per-response length normaliser, a constant one instead)
+OWN_LOSS_AGG = {"dr_grpo": "seq_sum_constant"}
+
+
 class AlgorithmConfig(Section):
     advantage: str = "grpo"
     policy_loss: str = "ppo_clip"
@@ -224,7 +229,16 @@ class AlgorithmConfig(Section):
     is_cap: float = Field(2.0, gt=0)  # truncation of the behaviour importance weight
     clip_eps: float = Field(0.2, gt=0)
     clip_eps_high: Optional[float] = Field(None, gt=0)  # DAPO clip-higher; None: clip_eps
-    kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model (k3 estimator)
+    kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model
+    # the KL term's estimator: k3 (gradient of the forward KL(ref || pi)), k2 (of the reverse
+    # KL(pi || ref)) or k1 (zero expected gradient); actors/algorithms/losses.py
+    kl_estimator: str = "k3"
+    # How the per-token loss becomes one number per optimizer update. None: the advantage
+    # estimator's own (dr_grpo: seq_sum_constant; the others: token_mean). token_mean: over every
+    # token; seq_mean_token_mean: each response's token mean, averaged over responses (GRPO's
+    # paper); seq_mean_token_sum: each response's token sum, averaged over responses;
+    # seq_sum_constant: token sums over responses / (responses x rollout.max_new_tokens) (Dr.GRPO).
+    loss_agg: Optional[Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant"]] = None
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
@@ -240,6 +254,16 @@ class AlgorithmConfig(Section):
     def _known_adv(cls, v: str) -> str:
         from actors.algorithms import ADVANTAGES
         return registered(v, ADVANTAGES)
+
+    @field_validator("kl_estimator")
+    @classmethod
+    def _known_kl(cls, v: str) -> str:
+        from actors.algorithms import KL_ESTIMATORS
+        return registered(v, KL_ESTIMATORS)
+
+    def aggregation(self) -> str:
+        """The loss aggregation in effect: `loss_agg`, else the advantage estimator's own."""
+        return self.loss_agg or OWN_LOSS_AGG.get(self.advantage, "token_mean")
 
     @field_validator("policy_loss")
     @classmethod

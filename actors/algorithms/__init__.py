@@ -2,9 +2,11 @@
 
 - ADVANTAGES: outcome advantage estimators, `(rewards [N], groups [N]) -> [N]` (advantages.py).
 - POLICY_LOSSES: `(logp, old_logp, adv, clip_eps=...) -> (loss [B, T], stats)` (losses.py).
-- OFF_POLICY: off-policy corrections, `(logp, behavior_logp, adv, *, proximal_logprobs=None,
-  clip_eps, clip_eps_high=None, is_cap=2.0) -> (loss [B, T], stats)`: none / tis / decoupled_ppo.
-- KL_ESTIMATORS: `(logp, ref_logp) -> [B, T]`: k1 / k2 / k3.
+- OFF_POLICY: off-policy corrections, `(logp, behavior_logp, *, proximal_logprobs=None, is_cap=2.0)
+  -> (anchor, weight, truncated)`: none / tis / decoupled_ppo; each composes with any policy loss
+  (`losses.corrected`: weight * policy_loss(logp, anchor, adv)).
+- KL_ESTIMATORS: `(logp, ref_logp) -> [B, T]`: k1 / k2 / k3 (`algorithm.kl_estimator`; which
+  divergence each one's gradient follows: losses.py).
 - PREFERENCE_LOSSES: pairwise losses with one keyword interface (preference.py).
 
 value.py: the critic's clipped value loss (a plain function; the `value` learner objective calls it).

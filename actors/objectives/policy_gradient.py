@@ -135,27 +135,43 @@ class PolicyGradient(Objective):
         return prox
 
     def _loss(self, logp, old_lp, adv, prox):
+        """The policy loss under the off-policy correction (any loss composes with any correction)."""
         from actors.algorithms import OFF_POLICY, POLICY_LOSSES
+        from actors.algorithms.losses import corrected
 
         a = self.learner.algo
-        if a.off_policy in (None, "none"):
-            extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
-            loss, stats = POLICY_LOSSES.get(a.policy_loss)(logp, old_lp, adv, clip_eps=a.clip_eps, **extra)
-            stats.setdefault("is_weight", torch.ones_like(logp))
-            return loss, stats
-        return OFF_POLICY.get(a.off_policy)(logp, old_lp, adv, proximal_logprobs=prox, clip_eps=a.clip_eps,
-                                            clip_eps_high=a.clip_eps_high, is_cap=a.is_cap)
+        extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
+        return corrected(POLICY_LOSSES.get(a.policy_loss), OFF_POLICY.get(a.off_policy or "none"), logp, old_lp, adv,
+                         proximal_logprobs=prox, is_cap=a.is_cap, clip_eps=a.clip_eps, **extra)
+
+    def _row_weights(self, rows: torch.Tensor, r_mask: torch.Tensor) -> torch.Tensor:
+        """Each row's weight on its summed token losses, so that the update's loss is aggregated as
+        `algorithm.loss_agg` says. Normalisers come from the whole update (every rank's rows), so N
+        ranks compute what one does."""
+        lengths = r_mask.sum(1).double()
+        n = len(rows)
+        mode = self.learner.algo.aggregation()
+        if mode == "token_mean":
+            w = torch.full_like(lengths, 1.0 / max(float(lengths[rows].sum()), 1.0))
+        elif mode == "seq_mean_token_mean":
+            w = 1.0 / (lengths.clamp(min=1) * n)
+        elif mode == "seq_mean_token_sum":
+            w = torch.full_like(lengths, 1.0 / n)
+        else:  # seq_sum_constant
+            w = torch.full_like(lengths, 1.0 / (n * self.learner.config.rollout.max_new_tokens))
+        return w.float()
 
     def _update(self, rows: torch.Tensor, own: torch.Tensor, needed: torch.Tensor, d: dict,
                 sums: dict) -> tuple[bool, float, int]:
-        """One optimizer step on `rows`: token-mean over all their response tokens, in micro-batches
+        """One optimizer step on `rows`: their loss aggregated as `algorithm.loss_agg` says, in micro-batches
         over the rows that need a forward pass (`own`: this rank's share of them). A non-finite loss
         or gradient skips the step (counted, warned) instead of poisoning the weights."""
-        from actors.algorithms.losses import kl_k3
+        from actors.algorithms import KL_ESTIMATORS
         from actors.sampling import token_logprobs
 
         lrn, dev, p_width = self.learner, self.learner.device, d["p_width"]
-        tokens = max(int(d["r_mask"][rows].sum()), 1)
+        kl_estimator = KL_ESTIMATORS.get(lrn.algo.kl_estimator)
+        row_w = self._row_weights(rows, d["r_mask"])
         # Zeros, not None: AdamW skips a parameter whose grad is None, but a zero gradient still moves
         # it through momentum, which is what the same update without skipped rows would do.
         lrn.optimizer.zero_grad(set_to_none=False)
@@ -191,10 +207,10 @@ class PolicyGradient(Objective):
                 with torch.no_grad():
                     ref_lp = lrn._token_logprobs(lrn.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
                                                  d["r_ids"][mb], p_width, groups=d["groups"][mb], **lrn.sampling)
-                kl = kl_k3(logp, ref_lp)
+                kl = kl_estimator(logp, ref_lp)
                 loss = loss + lrn.algo.kl_coef * kl
                 part["kl"] += (kl.detach() * m).sum().item() if real else 0.0
-            total = (loss * m).sum() / tokens  # each micro-batch divides by the update's token count
+            total = (loss * m * row_w[mb].to(dev)[:, None]).sum()  # the update's aggregation (loss_agg)
             for term in terms:
                 total = total + term
             if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
@@ -219,7 +235,7 @@ class PolicyGradient(Objective):
             lrn.optimizer.zero_grad(set_to_none=True)
             lrn.skipped_steps += 1
             log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
-                        part["loss"] / tokens, float(grad_norm), lrn.skipped_steps)
+                        part["loss"] / max(float(d["r_mask"][rows].sum()), 1.0), float(grad_norm), lrn.skipped_steps)
         part = lrn.ranks.sum(part)
         # rows that were not computed had is_weight 1 in effect
         part["is_weight"] += float(d["r_mask"][rows[~needed[rows]]].sum())
