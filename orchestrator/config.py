@@ -214,9 +214,12 @@ class LearnerConfig(Section):
     timeout_s: float = Field(600.0, gt=0)
 
 
-# Each method's own loss aggregation, where it is not the token mean (Dr.GRPO, Liu et al. 2025:
-# no per-response length normaliser, a constant one instead)
-OWN_LOSS_AGG = {"dr_grpo": "seq_sum_constant"}
+# Each method's own loss aggregation, where it is not the token mean, by policy loss then advantage:
+# Dr.GRPO (Liu et al. 2025) a constant normaliser instead of each response's length; GSPO and GMPO
+# are sequence-level objectives (a response's token mean is its objective); TOPR's is the sum of a
+# response's token log-probs (its log-likelihood).
+OWN_LOSS_AGG = {"dr_grpo": "seq_sum_constant", "gspo": "seq_mean_token_mean", "gmpo": "seq_mean_token_mean",
+                "topr": "seq_mean_token_sum"}
 
 
 class AlgorithmConfig(Section):
@@ -234,7 +237,8 @@ class AlgorithmConfig(Section):
     # KL(pi || ref)) or k1 (zero expected gradient); actors/algorithms/losses.py
     kl_estimator: str = "k3"
     # How the per-token loss becomes one number per optimizer update. None: the advantage
-    # estimator's own (dr_grpo: seq_sum_constant; the others: token_mean). token_mean: over every
+    # method's own (dr_grpo: seq_sum_constant; gspo, gmpo: seq_mean_token_mean; topr:
+    # seq_mean_token_sum; the others: token_mean). token_mean: over every
     # token; seq_mean_token_mean: each response's token mean, averaged over responses (GRPO's
     # paper); seq_mean_token_sum: each response's token sum, averaged over responses;
     # seq_sum_constant: token sums over responses / (responses x rollout.max_new_tokens) (Dr.GRPO).
@@ -263,7 +267,7 @@ class AlgorithmConfig(Section):
 
     def aggregation(self) -> str:
         """The loss aggregation in effect: `loss_agg`, else the advantage estimator's own."""
-        return self.loss_agg or OWN_LOSS_AGG.get(self.advantage, "token_mean")
+        return self.loss_agg or OWN_LOSS_AGG.get(self.policy_loss) or OWN_LOSS_AGG.get(self.advantage, "token_mean")
 
     @field_validator("policy_loss")
     @classmethod

@@ -91,3 +91,15 @@ def test_a_custom_policy_loss_is_called_under_an_off_policy_correction(reward_fn
     metrics = learner.train_step(scored)
     assert user_module.CALLS, "the custom policy loss was never called"
     assert metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy here
+
+
+@pytest.mark.parametrize("algorithm", [{"policy_loss": "gspo", "clip_eps": 3e-4, "clip_eps_high": 4e-4},
+                                       {"policy_loss": "gmpo", "clip_eps": 0.4}, {"policy_loss": "cispo"},
+                                       {"policy_loss": "topr"}, {"advantage": "reinforce_pp"},
+                                       {"advantage": "reinforce_pp_baseline", "off_policy": "tis"}])
+def test_every_method_trains_a_step(reward_fn, scored, algorithm) -> None:
+    learner = Learner(make_config(reward_fn, **algorithm))
+    before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+    metrics = learner.train_step(scored)
+    assert metrics["train/step_skipped"] == 0 and metrics["train/clip_frac"] == 0  # on-policy: nothing clipped
+    assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())

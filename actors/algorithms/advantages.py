@@ -53,6 +53,27 @@ def rloo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torc
     return (rewards - mean) * size / (size - 1).clamp(min=1)
 
 
+@ADVANTAGES.register("reinforce_pp")
+def reinforce_pp(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """REINFORCE++ (Hu 2025): no critic and no group baseline; the rewards are normalised over the
+    whole train batch, (r - mean_batch) / (std_batch + eps)."""
+    if len(rewards) < 2:
+        return torch.zeros_like(rewards)
+    return (rewards - rewards.mean()) / (rewards.std() + eps)
+
+
+@ADVANTAGES.register("reinforce_pp_baseline")
+@group_relative
+def reinforce_pp_baseline(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """REINFORCE++ with the group baseline (Hu 2025): r - mean_group, then normalised over the whole
+    train batch, a / (std_batch(a) + eps) (its batch mean is 0 already)."""
+    mean, _, _ = group_stats(rewards, groups)
+    a = rewards - mean
+    if len(a) < 2:
+        return torch.zeros_like(a)
+    return (a - a.mean()) / (a.std() + eps)
+
+
 # ---- token-level (process) advantages ---------------------------------------------------------
 def process_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                        gamma: float = 1.0) -> torch.Tensor:

@@ -7,6 +7,9 @@ the learner masks and aggregates them (token mean). Advantages broadcast: [B, 1]
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 from actors.algorithms import KL_ESTIMATORS, OFF_POLICY, POLICY_LOSSES
@@ -101,6 +104,16 @@ def decoupled_ppo(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, *,
     return proximal, w, truncated
 
 
+@functools.lru_cache(maxsize=None)
+def takes(fn, keyword: str) -> bool:
+    """Whether `fn` accepts `keyword` (looked up once per function)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def corrected(policy_loss, correction, logprobs: torch.Tensor, behavior_logprobs: torch.Tensor,
               advantages: torch.Tensor, *, proximal_logprobs: torch.Tensor | None = None,
               is_cap: float | None = 2.0, **loss_kwargs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -109,6 +122,8 @@ def corrected(policy_loss, correction, logprobs: torch.Tensor, behavior_logprobs
     is_truncated (where its cap applied)."""
     anchor, weight, truncated = correction(logprobs, behavior_logprobs, proximal_logprobs=proximal_logprobs,
                                            is_cap=is_cap)
+    if "mask" in loss_kwargs and not takes(policy_loss, "mask"):
+        loss_kwargs.pop("mask")  # a loss that works token by token needs no mask
     loss, stats = policy_loss(logprobs, anchor, advantages, **loss_kwargs)
     stats = dict(stats)
     stats.setdefault("clip_frac", torch.zeros_like(loss))

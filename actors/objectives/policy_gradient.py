@@ -134,7 +134,7 @@ class PolicyGradient(Objective):
                     prox[mb] = lp
         return prox
 
-    def _loss(self, logp, old_lp, adv, prox):
+    def _loss(self, logp, old_lp, adv, prox, mask):
         """The policy loss under the off-policy correction (any loss composes with any correction)."""
         from actors.algorithms import OFF_POLICY, POLICY_LOSSES
         from actors.algorithms.losses import corrected
@@ -142,7 +142,7 @@ class PolicyGradient(Objective):
         a = self.learner.algo
         extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
         return corrected(POLICY_LOSSES.get(a.policy_loss), OFF_POLICY.get(a.off_policy or "none"), logp, old_lp, adv,
-                         proximal_logprobs=prox, is_cap=a.is_cap, clip_eps=a.clip_eps, **extra)
+                         proximal_logprobs=prox, is_cap=a.is_cap, clip_eps=a.clip_eps, mask=mask, **extra)
 
     def _row_weights(self, rows: torch.Tensor, r_mask: torch.Tensor) -> torch.Tensor:
         """Each row's weight on its summed token losses, so that the update's loss is aggregated as
@@ -194,7 +194,7 @@ class PolicyGradient(Objective):
             logits, tail = out if after else (out, None)
             logp = token_logprobs(logits, d["r_ids"][mb].to(dev), **lrn.sampling)
             pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
-                                   None if d["prox"] is None else d["prox"][mb].to(dev))
+                                   None if d["prox"] is None else d["prox"][mb].to(dev), m)
             loss = pg
             terms = []
             for rider in riders:
