@@ -232,6 +232,11 @@ class AlgorithmConfig(Section):
     is_cap: float = Field(2.0, gt=0)  # truncation of the behaviour importance weight
     clip_eps: float = Field(0.2, gt=0)
     clip_eps_high: Optional[float] = Field(None, gt=0)  # DAPO clip-higher; None: clip_eps
+    # the policy loss's own options, e.g. clip_cov {ratio, lower, upper}, kl_cov {ratio, coef}
+    # (actors/algorithms/policy_losses.py)
+    loss_params: dict[str, float] = {}
+    # a bonus of this times each token's entropy under the sampling distribution (0: off)
+    entropy_coef: float = Field(0.0, ge=0)
     kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model
     # the KL term's estimator: k3 (gradient of the forward KL(ref || pi)), k2 (of the reverse
     # KL(pi || ref)) or k1 (zero expected gradient); actors/algorithms/losses.py
@@ -264,6 +269,21 @@ class AlgorithmConfig(Section):
     def _known_kl(cls, v: str) -> str:
         from actors.algorithms import KL_ESTIMATORS
         return registered(v, KL_ESTIMATORS)
+
+    @model_validator(mode="after")
+    def _loss_params_fit(self) -> "AlgorithmConfig":
+        if self.loss_params:
+            import inspect
+
+            from actors.algorithms import POLICY_LOSSES
+            fn = POLICY_LOSSES.get(self.policy_loss)
+            fixed = {"logprobs", "old_logprobs", "advantages", "clip_eps", "clip_eps_high", "mask"}
+            accepted = [p for p in inspect.signature(fn).parameters if p not in fixed]
+            unknown = sorted(set(self.loss_params) - set(accepted))
+            if unknown:
+                raise ValueError(f"algorithm.loss_params: policy loss {self.policy_loss!r} takes no {unknown[0]!r}; "
+                                 f"it takes {accepted or 'no options'}")
+        return self
 
     def aggregation(self) -> str:
         """The loss aggregation in effect: `loss_agg`, else the advantage estimator's own."""

@@ -3,6 +3,7 @@ estimator (`algorithm.kl_estimator`), and a custom policy loss under an off-poli
 
 from __future__ import annotations
 
+import math
 import textwrap
 from types import SimpleNamespace
 
@@ -103,3 +104,19 @@ def test_every_method_trains_a_step(reward_fn, scored, algorithm) -> None:
     metrics = learner.train_step(scored)
     assert metrics["train/step_skipped"] == 0 and metrics["train/clip_frac"] == 0  # on-policy: nothing clipped
     assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
+
+
+def test_an_entropy_bonus_trains_even_where_every_advantage_is_zero(reward_fn, scored) -> None:
+    """Uniform rewards give no policy gradient; the entropy bonus alone still moves the weights."""
+    import pyarrow as pa
+
+    flat = scored.set_column(scored.schema.get_field_index("reward.varied"), "reward.varied",
+                             pa.array([1.0] * scored.num_rows, pa.float32()))
+    for coef, moves in ((0.0, False), (0.5, True)):
+        learner = Learner(make_config(reward_fn, entropy_coef=coef))
+        before = {k: v.clone() for k, v in learner.model.state_dict().items()}
+        metrics = learner.train_step(flat)
+        assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items()) == moves
+        if coef:
+            vocab = learner.model.config.vocab_size
+            assert 0 < metrics["train/entropy"] <= math.log(vocab)

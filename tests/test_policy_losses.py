@@ -88,3 +88,50 @@ def test_reinforce_pp_normalises_over_the_batch():
                                       ("topr", "seq_mean_token_sum"), ("cispo", "token_mean")])
 def test_each_loss_aggregates_as_its_paper(loss, agg):
     assert AlgorithmConfig(policy_loss=loss).aggregation() == agg
+
+
+# logp, a log-ratio delta (old = logp - delta) and a per-response advantage: covariance
+# (logp - mean) * (A - mean) = [[0.625, -0.375], [-1.125, 1.375]]
+COV_LOGP = [[-1.0, -2.0], [-0.5, -3.0]]
+COV_DELTA = [[0.1, -0.2], [0.0, 0.3]]
+COV_ADV = [[1.0], [-1.0]]
+
+
+def run_cov(name, **params):
+    logp = torch.tensor(COV_LOGP).requires_grad_(True)
+    old = logp.detach() - torch.tensor(COV_DELTA)
+    loss, stats = POLICY_LOSSES.get(name)(logp, old, torch.tensor(COV_ADV), mask=torch.ones(2, 2), **params)
+    loss.sum().backward()
+    return loss.detach(), stats, logp.grad
+
+
+def test_kl_cov_ties_the_top_covariance_tokens_to_the_old_policy():
+    loss, stats, grad = run_cov("kl_cov", ratio=0.25, coef=1.0)  # 1 of 4 tokens: cov 1.375
+    r = [[math.exp(0.1), math.exp(-0.2)], [1.0, math.exp(0.3)]]
+    assert close(loss, [[-r[0][0], -r[0][1]], [1.0, r[1][1] + 0.3]])
+    assert close(stats["clip_frac"], [[0, 0], [0, 1]])
+    assert close(grad, [[-r[0][0], -r[0][1]], [1.0, r[1][1] + 1.0]])  # + coef * sign(logp - old)
+
+
+def test_clip_cov_holds_back_tokens_in_the_covariance_band():
+    loss, stats, grad = run_cov("clip_cov", ratio=0.25, lower=0.5, upper=1.0)  # only cov 0.625 qualifies
+    r = [[math.exp(0.1), math.exp(-0.2)], [1.0, math.exp(0.3)]]
+    assert close(loss, [[-r[0][0], -r[0][1]], [1.0, r[1][1]]])  # PPO-clip's values (all inside the range)
+    assert close(grad, [[0.0, -r[0][1]], [1.0, r[1][1]]])  # the held-back token: no gradient
+    assert close(stats["clip_frac"], [[1, 0], [0, 0]])
+
+
+def test_token_entropy_of_the_sampling_distribution():
+    from actors.sampling import token_entropy
+
+    logits = torch.zeros(1, 1, 4)  # uniform over 4
+    assert close(token_entropy(logits), [[math.log(4)]])
+    assert close(token_entropy(logits + torch.tensor([3.0, 2.0, 0.0, 0.0]), top_k=1), [[0.0]])
+    p = torch.softmax(torch.tensor([1.0, 0.0, 0.0, 0.0]) / 0.5, 0)
+    assert close(token_entropy(torch.tensor([[[1.0, 0.0, 0.0, 0.0]]]), temperature=0.5), [[-(p * p.log()).sum()]])
+
+
+def test_loss_params_are_checked_against_the_loss():
+    with pytest.raises(Exception, match=r"policy loss 'kl_cov' takes no 'lower'; it takes \['ratio', 'coef'\]"):
+        AlgorithmConfig(policy_loss="kl_cov", loss_params={"lower": 1.0})
+    assert AlgorithmConfig(policy_loss="clip_cov", loss_params={"ratio": 1e-3}).loss_params == {"ratio": 1e-3}

@@ -99,3 +99,61 @@ def topr(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.T
     # response differ by ~1e-6, which would count every negative response
     truncated = negative & (seq_ratio > 1.0 + 1e-4)
     return loss, {"clip_frac": truncated.float(), "ratio": seq_ratio.expand_as(loss)}
+
+
+# ---- entropy controls (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for
+# Reasoning Language Models"): the entropy falls where a token's log-prob and its advantage move
+# together, so the few tokens with the largest covariance between them are held back. The
+# covariance is centred over the response tokens the loss is given (one micro-batch).
+
+def _covariance(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Per token (logp - mean logp) * (A - mean A), means over the masked tokens; detached."""
+    lp = logprobs.detach()
+    adv = advantages.expand_as(lp)
+    m = torch.ones_like(lp) if mask is None else mask.to(lp.dtype)
+    n = m.sum().clamp(min=1)
+    return (lp - (lp * m).sum() / n) * (adv - (adv * m).sum() / n) * m
+
+
+@POLICY_LOSSES.register("clip_cov")
+def clip_cov(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_eps: float = 0.2,
+             clip_eps_high: float | None = None, mask: torch.Tensor | None = None, ratio: float = 2e-4,
+             lower: float = 1.0, upper: float = 5.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clip-Cov: PPO-clip, except that a random `ratio` of the tokens, drawn from those whose
+    covariance lies in [lower, upper], get no gradient (their loss is detached). At least one token
+    is held back when any qualifies. clip_frac counts PPO's clipping and the held-back tokens."""
+    from actors.algorithms.losses import ppo_clip
+
+    loss, stats = ppo_clip(logprobs, old_logprobs, advantages, clip_eps=clip_eps, clip_eps_high=clip_eps_high)
+    cov = _covariance(logprobs, advantages, mask)
+    valid = mask.bool() if mask is not None else torch.ones_like(cov, dtype=torch.bool)
+    candidates = torch.nonzero(valid & (cov >= lower) & (cov <= upper), as_tuple=False)
+    held = torch.zeros_like(cov, dtype=torch.bool)
+    if len(candidates):
+        count = max(1, int(round(ratio * int(valid.sum()))))
+        pick = candidates[torch.randperm(len(candidates), device=cov.device)[:count]]
+        held[pick[:, 0], pick[:, 1]] = True
+    loss = torch.where(held, loss.detach(), loss)
+    stats["clip_frac"] = torch.maximum(stats["clip_frac"], held.float())
+    return loss, stats
+
+
+@POLICY_LOSSES.register("kl_cov")
+def kl_cov(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_eps: float = 0.2,
+           clip_eps_high: float | None = None, mask: torch.Tensor | None = None, ratio: float = 2e-3,
+           coef: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """KL-Cov: the unclipped policy gradient -r * A, plus coef * |logp - old_logp| on the top `ratio`
+    of the tokens by covariance (at least one), which ties them to the old policy. clip_frac marks
+    those tokens."""
+    r = torch.exp(logprobs - old_logprobs)
+    loss = -r * advantages
+    cov = _covariance(logprobs, advantages, mask)
+    valid = mask.bool() if mask is not None else torch.ones_like(cov, dtype=torch.bool)
+    count = max(1, int(round(ratio * int(valid.sum()))))
+    scores = torch.where(valid, cov, torch.full_like(cov, -float("inf"))).flatten()
+    top = torch.topk(scores, min(count, int(valid.sum())) if valid.any() else 0).indices
+    tied = torch.zeros_like(scores, dtype=torch.bool)
+    tied[top] = True
+    tied = tied.view_as(cov)
+    loss = loss + torch.where(tied, coef * (logprobs - old_logprobs).abs(), torch.zeros_like(loss))
+    return loss, {"clip_frac": tied.float(), "ratio": r.detach()}

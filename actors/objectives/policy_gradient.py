@@ -84,7 +84,7 @@ class PolicyGradient(Objective):
         # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
         # forward/backward is wasted work. The token-mean still counts their tokens (unchanged update).
         needed = active & ((adv != 0) & r_mask).any(dim=1)
-        if not (algo.skip_uniform_groups and lrn.reference is None):
+        if not (algo.skip_uniform_groups and lrn.reference is None and algo.entropy_coef == 0):
             needed = active
         for rider in self.riders():
             rows = rider.prepare(table, data)
@@ -142,7 +142,8 @@ class PolicyGradient(Objective):
         a = self.learner.algo
         extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
         return corrected(POLICY_LOSSES.get(a.policy_loss), OFF_POLICY.get(a.off_policy or "none"), logp, old_lp, adv,
-                         proximal_logprobs=prox, is_cap=a.is_cap, clip_eps=a.clip_eps, mask=mask, **extra)
+                         proximal_logprobs=prox, is_cap=a.is_cap, clip_eps=a.clip_eps, mask=mask, **extra,
+                         **a.loss_params)
 
     def _row_weights(self, rows: torch.Tensor, r_mask: torch.Tensor) -> torch.Tensor:
         """Each row's weight on its summed token losses, so that the update's loss is aggregated as
@@ -167,7 +168,7 @@ class PolicyGradient(Objective):
         over the rows that need a forward pass (`own`: this rank's share of them). A non-finite loss
         or gradient skips the step (counted, warned) instead of poisoning the weights."""
         from actors.algorithms import KL_ESTIMATORS
-        from actors.sampling import token_logprobs
+        from actors.sampling import token_entropy, token_logprobs
 
         lrn, dev, p_width = self.learner, self.learner.device, d["p_width"]
         kl_estimator = KL_ESTIMATORS.get(lrn.algo.kl_estimator)
@@ -179,6 +180,8 @@ class PolicyGradient(Objective):
             if param.grad is None and param.requires_grad:
                 param.grad = torch.zeros_like(param)
         part = {k: 0.0 for k in sums}
+        if lrn.algo.entropy_coef > 0:  # every rank reduces the same keys
+            part["entropy"] = 0.0
         finite = True
         compute = rows[needed[rows]]
         riders = self.riders()
@@ -196,6 +199,10 @@ class PolicyGradient(Objective):
             pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
                                    None if d["prox"] is None else d["prox"][mb].to(dev), m)
             loss = pg
+            if lrn.algo.entropy_coef > 0:  # a bonus on the sampling distribution's entropy
+                ent = token_entropy(logits, **lrn.sampling)
+                loss = loss - lrn.algo.entropy_coef * ent
+                part["entropy"] += (ent.detach() * m).sum().item() if real else 0.0
             terms = []
             for rider in riders:
                 term, rider_sums = rider.term(tail, d, mb)
