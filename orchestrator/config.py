@@ -101,6 +101,13 @@ class RolloutConfig(Section):
     # Prompts per generate call; None: the batch split evenly over the generator replicas. Smaller
     # pieces let scoring start earlier and spread over replicas; a piece is never split later.
     chunk_prompts: Optional[int] = Field(None, gt=0)
+    # DAPO's dynamic sampling (Yu et al. 2025): drop the prompt groups whose samples all got the same
+    # rewards (no group-relative signal), counted as samples/dropped/uniform_reward, and sample more
+    # prompts in their place, until a train batch holds prompts_per_step informative groups ...
+    dynamic_sampling: bool = False
+    # ... or until this many times prompts_per_step groups were generated for it; past that bound,
+    # uniform groups are kept (and counted: samples/uniform_kept_at_bound)
+    max_sampling_tries: int = Field(3, ge=1)
 
     @field_validator("backend")
     @classmethod
