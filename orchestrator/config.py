@@ -435,6 +435,9 @@ class Config(Section):
             raise ValueError("aggregate.weights / aggregate.on_error: set rewards[].weight and "
                              "verifier.on_error instead")
         from orchestrator.recipes import RECIPES
+        if self.algorithm.advantage == "gae" and "ppo" not in type(self).model_fields:
+            raise ValueError(f"algorithm.advantage=gae needs a critic's values per token: recipe ppo has one, "
+                             f"recipe {self.recipe!r} does not")
         kinds = RECIPES.get(self.recipe).role_kinds(self)
         known = list(kinds)
         unknown = sorted(set(self.roles) - set(known))

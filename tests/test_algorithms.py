@@ -415,3 +415,18 @@ def test_kl_estimators_gradients_follow_their_divergence(name, divergence):
         target = torch.autograd.grad((ref.exp() * (ref - pi)).sum(), theta)[0]
     assert torch.allclose(expected_grad, target, atol=1e-6), (expected_grad, target)
     assert divergence is None or target.abs().max() > 1e-3  # a real gradient, not a trivial match
+
+
+def test_gae_hand_worked_trajectory():
+    """Two responses: 3 tokens with reward 1 at the end, values [0.5, 0.6, 0.8]; 2 tokens (one padded)
+    with reward 0, values [0.2, 0.1]. gamma 0.9, lambda 0.5."""
+    from actors.algorithms.advantages import gae_advantages
+
+    values = torch.tensor([[0.5, 0.6, 0.8], [0.2, 0.1, 7.0]])  # 7.0 is padding: ignored
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    adv, ret = gae_advantages(torch.tensor([1.0, 0.0]), values, mask, gamma=0.9, lam=0.5)
+    # response 1: delta = [0 + .9*.6 - .5, 0 + .9*.8 - .6, 1 + 0 - .8] = [0.04, 0.12, 0.2]
+    #   A_2 = 0.2; A_1 = 0.12 + 0.45 * 0.2 = 0.21; A_0 = 0.04 + 0.45 * 0.21 = 0.1345
+    # response 2: delta = [.9*.1 - .2, 0 - .1] = [-0.11, -0.1]; A_1 = -0.1; A_0 = -0.11 - 0.045 = -0.155
+    assert close(adv, [[0.1345, 0.21, 0.2], [-0.155, -0.1, 0.0]])
+    assert close(ret, [[0.6345, 0.81, 1.0], [0.045, 0.0, 0.0]])

@@ -65,10 +65,15 @@ class PolicyGradient(Objective):
         table, reward_metrics = self.aggregator.apply(table)
         rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
         groups = torch.from_numpy(B.group_index(table))
-        outcome = estimate(ADVANTAGES.get(algo.advantage), rewards, groups, lrn.config)
+        estimator = ADVANTAGES.get(algo.advantage)
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
-        adv = outcome[:, None].expand_as(old_lp).clone()
+        if getattr(estimator, "needs_values", False):  # PPO: GAE on the critic's values
+            adv, table = self._gae(table, rewards, r_mask)
+            outcome = (adv * r_mask).sum(1) / r_mask.sum(1).clamp(min=1)
+        else:
+            outcome = estimate(estimator, rewards, groups, lrn.config)
+            adv = outcome[:, None].expand_as(old_lp).clone()
         if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
             dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32)
             process = process_advantages(dense, r_mask.float(), groups)
@@ -117,6 +122,24 @@ class PolicyGradient(Objective):
         out["train/rows_computed_frac"] = computed / max(n, 1)
         out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
         return out
+
+    def _gae(self, table: pa.Table, rewards: torch.Tensor, r_mask: torch.Tensor) -> tuple[torch.Tensor, pa.Table]:
+        """Per-token GAE advantages from the critic's `old_values` (recipe ppo), whitened over the
+        batch's tokens if the recipe says so; the table gains `returns` for the critic to train on."""
+        from actors.algorithms.advantages import gae_advantages
+
+        self.require(table, ("old_values",))
+        ppo = self.learner.config.ppo
+        values, _ = B.to_padded(table.column("old_values"), 0.0, torch.float32)
+        adv, returns = gae_advantages(rewards, values, r_mask, ppo.gamma, ppo.lam)
+        if ppo.whiten_advantages:
+            valid = adv[r_mask]
+            if len(valid) > 1:
+                adv = torch.where(r_mask, (adv - valid.mean()) / (valid.std() + 1e-8), torch.zeros_like(adv))
+        lengths = r_mask.sum(1).numpy()
+        self.returns_table = B.replace_column(table, "returns", B.list_column(returns[r_mask].numpy(), lengths,
+                                                                               pa.float32()))
+        return adv, table
 
     def _proximal(self, d: dict, mine: list[torch.Tensor], updates: list[torch.Tensor]) -> torch.Tensor | None:
         """Log-probs of the current weights before this step's updates (decoupled PPO's proximal

@@ -1,6 +1,6 @@
 """The critic's objective: a value head (one linear layer) on the hosting learner's model, which has
 the policy's architecture, predicting a value per response token; trained with the clipped value
-loss against given returns (actors/algorithms/value.py). PPO (issue 20) will host it in a critic."""
+loss against given returns (actors/algorithms/value.py). Recipe ppo hosts it in its critic role."""
 
 from __future__ import annotations
 
@@ -83,6 +83,16 @@ class Value(Objective):
         sums = {"loss": (loss.detach() * m).sum().item(), "clip_frac": (stats["clip_frac"] * m).sum().item(),
                 "value": (v.detach() * m).sum().item()}
         return (loss * m).sum(), sums
+
+    @torch.no_grad()
+    def annotate(self, table: pa.Table) -> pa.Table:
+        """The table with `old_values`: the value of the state before every response token."""
+        lrn = self.learner
+        ids, mask, positions, _, r_mask, p_width = lrn._sequences(table)
+        out = torch.cat([self.values(ids[mb], mask[mb], positions[mb], p_width).cpu()
+                         for mb in torch.arange(table.num_rows).split(lrn.algo.micro_batch_size)])
+        lengths = r_mask.sum(1).numpy()
+        return B.replace_column(table, "old_values", B.list_column(out[r_mask].numpy(), lengths, pa.float32()))
 
     def step(self, table: pa.Table) -> dict[str, float]:
         """One optimizer step: the token-mean value loss over every response token, in micro-batches."""
