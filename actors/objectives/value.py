@@ -101,13 +101,20 @@ class Value(Objective):
         tokens = max(int(data["r_mask"].sum()), 1)
         lrn.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "clip_frac": 0.0, "value": 0.0}
-        for mb in torch.arange(table.num_rows).split(lrn.algo.micro_batch_size):
+        rows = torch.arange(table.num_rows)
+        # this rank's rows, by whole groups; times the world size, as the ranks' gradients are averaged
+        keyed = "group_id" in table.schema.names or "prompt_id" in table.schema.names
+        groups = torch.from_numpy(B.group_index(table)) if keyed else rows  # no groups: rows are split alone
+        own = lrn.ranks.shard(rows, groups, data["r_mask"].sum(1) + data["p_width"])
+        for mb, real in lrn.ranks.micro_batches(own, lrn.algo.micro_batch_size, rows):
             loss, part = self.loss(data, mb)
             total = loss / tokens
-            if not torch.isfinite(total):
+            if real and not torch.isfinite(total):
                 raise FloatingPointError(f"value loss is {float(total)}; lower the learning rate")
-            total.backward()
-            sums = {k: sums[k] + part[k] for k in sums}
+            (total * lrn.ranks.world_size * real).backward()
+            if real:
+                sums = {k: sums[k] + part[k] for k in sums}
+        sums = lrn.ranks.sum(sums)
         grad_norm = lrn.clip_grads(lrn.algo.grad_clip)
         lrn.optimizer.step()
         lrn.version += 1
