@@ -95,7 +95,7 @@ def tensors(table: pa.Table, samples: int) -> dict:
     old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
     p_mask = torch.arange(p_ids.shape[1]) >= (p_ids.shape[1] - p_len)[:, None]
     r_mask = torch.arange(r_ids.shape[1]) < r_len[:, None]
-    reward = torch.from_numpy(table.column("reward.integer_match").to_numpy()) \
+    reward = torch.tensor(table.column("reward.integer_match").to_numpy()) \
         if "reward.integer_match" in table.schema.names else None
     return dict(p_ids=p_ids, p_mask=p_mask, r_ids=r_ids, r_mask=r_mask, r_len=r_len, old_lp=old_lp,
                 reward=reward, samples=samples)
