@@ -235,17 +235,18 @@ def _rank(rank: int, world: int, threads: int, cfg: dict, table_path: str, port:
     if world > 1:
         learner.init_distributed("127.0.0.1", port)
     table = feather.read_table(table_path)
-    step_s = []
+    step_s, cpu_s = [], []
     for step in range(warmup + steps):
         learner.ranks.barrier()
         sync(learner.device)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         learner.train_step(table)
         sync(learner.device)
         if step >= warmup:
             step_s.append(time.perf_counter() - start)
+            cpu_s.append(time.process_time() - cpu)
     if rank == 0:
-        json.dump({"step_s": step_s, "allreduce_s": reduce_s[warmup:]}, open(out, "w"))
+        json.dump({"step_s": step_s, "cpu_s": cpu_s, "allreduce_s": reduce_s[warmup:]}, open(out, "w"))
     learner.ranks.close()
 
 
@@ -275,6 +276,7 @@ def part_ranks(args) -> dict:
                 name = f"{world}x{threads}"
                 step = statistics.median(res["step_s"])
                 run = {"seed": seed, "layout": name, "response_tokens": n_tokens, "step_s": res["step_s"],
+                       "rank0_cpu_s": res["cpu_s"], "load": os.getloadavg()[0],
                        "tokens_per_s": n_tokens / step, "allreduce_s": res["allreduce_s"],
                        "allreduce_median_s": statistics.median(res["allreduce_s"]) if res["allreduce_s"] else 0.0}
                 runs.append(run)
