@@ -189,7 +189,7 @@ def part_overhead(args) -> dict:
         # the first step starts from the same weights: the same maths gives the same loss and norm
         print(f"seed {seed}: step 1 (loss, grad norm) " + ", ".join(f"{v} ({a:.6f}, {b:.6f})"
                                                                      for v, (a, b) in first.items()), flush=True)
-        run = {"seed": seed, "response_tokens": n_tokens, "step1_loss_grad_norm": first,
+        run = {"seed": seed, "response_tokens": n_tokens, "step1_loss_grad_norm": first, "load": os.getloadavg()[0],
                "step_s": times, "cpu_s": cpu_s,
                "tokens_per_s": {v: n_tokens / statistics.median(ts) for v, ts in times.items()}}
         run["ratio_coevo_bare"] = run["tokens_per_s"]["coevo"] / run["tokens_per_s"]["bare"]
