@@ -17,7 +17,7 @@ Learner tokens/s = response tokens trained per second of `train_step` wall time.
 
     python benchmarks/learner_throughput.py                 # both parts, seeds 0-2, a few minutes
     python benchmarks/learner_throughput.py --part ranks --steps 3
-    python benchmarks/learner_throughput.py --device cuda --preset 0.5b --strategy fsdp2 --ranks 8
+    python benchmarks/learner_throughput.py --device cuda --preset 0.5b --strategy fsdp2 --ranks 8 --mixed-precision bf16
 
 Writes benchmarks/results/learner_throughput[_<label>].json.
 """
@@ -58,7 +58,8 @@ def config_dict(args, seed: int, threads: int) -> dict:
     return {"seed": seed, "model": {"tiny": {"arch": "qwen2", **PRESETS[args.preset]}},
             "rollout": {"prompts_per_step": args.prompts, "samples_per_prompt": args.samples},
             "algorithm": {"lr": 1e-5, "micro_batch_size": args.micro_batch, "grad_clip": 1.0},
-            "learner": {"strategy": args.strategy}, "train": {"threads": threads}}
+            "learner": {"strategy": args.strategy, "mixed_precision": args.mixed_precision},
+            "train": {"threads": threads}}
 
 
 # ---- the batch -------------------------------------------------------------------------------------
@@ -262,8 +263,10 @@ def part_ranks(args) -> dict:
             cfg = config_dict(args, seed, 1)
             config = validate_config(cfg)
             model, tok = modeling.build(config.model, seed)
-            table = synthetic_table(model, seed, args.prompts, args.samples, len(tok), "cpu")
+            table = synthetic_table(model.to(args.device), seed, args.prompts, args.samples, len(tok), args.device)
             del model
+            if args.device == "cuda":
+                torch.cuda.empty_cache()  # the ranks need the memory
             path = f"{tmp}/batch{seed}.arrow"
             feather.write_feather(table, path)
             n_tokens = int(sum(len(x) for x in table.column("response_ids").to_pylist()))
@@ -315,6 +318,8 @@ def main() -> None:
     parser.add_argument("--strategy", choices=["ddp", "fsdp2"], default="ddp")
     parser.add_argument("--variants", default="bare,coevo", help="part 1: any of bare,coevo,bare_full")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--mixed-precision", choices=["bf16", "fp16"], default=None,
+                        help="fsdp2 on GPU: the ranks' compute dtype (learner.mixed_precision)")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="for MFU on cuda (H100 bf16 dense)")
     parser.add_argument("--label", default="")
     args = parser.parse_args()

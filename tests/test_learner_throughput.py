@@ -29,7 +29,7 @@ def test_bare_loop_does_the_same_update_as_coevo(bench) -> None:
     from actors.trainable import adamw
     from orchestrator.config import validate_config
 
-    args = argparse.Namespace(preset="tiny", prompts=4, samples=4, micro_batch=8, strategy="ddp")
+    args = argparse.Namespace(preset="tiny", prompts=4, samples=4, micro_batch=8, strategy="ddp", mixed_precision=None)
     config = validate_config(bench.config_dict(args, 0, 1))
     learner = Learner(config, None, role={"threads": 1}, objectives=["policy_gradient"])
     table = bench.synthetic_table(learner.model, 0, 4, 4, len(learner.tokenizer), "cpu")
