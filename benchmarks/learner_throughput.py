@@ -7,8 +7,8 @@
    coevo it runs each prompt once per group and shares its KV cache with the group's responses
    (the same work). coevo gets the Arrow table, so its whole data path (validation, padding,
    advantages, metrics) counts against it. `bare_full` (optional) runs prompt+response for every
-   row, the loop without the shared-prompt trick. After the first step the two models' weights are
-   compared: the maths is the same, so they agree to float rounding.
+   row, the loop without the shared-prompt trick. The first step's loss and gradient norm are
+   printed for each: from the same weights the same maths agrees to float rounding.
 2. `1x2` (1 rank, 2 torch threads) vs `2x1` (2 ranks of 1 thread, ddp over gloo on 127.0.0.1),
    the same global batch, run as in tests/test_learner_ranks.py (spawned processes, no Ray). The
    all-reduce of the gradients is timed per update.
