@@ -1,5 +1,5 @@
 """Recipe ppo end to end: a critic learner values the batch, the policy trains on GAE advantages,
-the critic on the returns; both are checkpointed and resumed."""
+the critic on the returns, and is checkpointed."""
 
 from __future__ import annotations
 
@@ -18,15 +18,14 @@ def test_gae_belongs_to_recipe_ppo() -> None:
 
 
 @pytest.mark.slow
-def test_ppo_trains_its_critic_and_resumes(ray_env, warm_cache, tmp_path) -> None:
+def test_ppo_trains_its_critic(ray_env, warm_cache, tmp_path) -> None:
+    """(A critic resumes as every learner role does: tests/test_checkpoint_contents.py.)"""
     run_dir = tmp_path / "ppo"
-    common = ["recipe=ppo", "algorithm.advantage=gae", "train.eval_every=3", "--output-dir", str(run_dir)]
-    coevo(small(warm_cache, "train.max_steps=2", *common), ray_env, tmp_path)
+    coevo(small(warm_cache, "recipe=ppo", "algorithm.advantage=gae", "train.max_steps=3", "train.eval_every=3",
+                "--output-dir", str(run_dir)), ray_env, tmp_path)
     final = run_dir / "checkpoints" / "final"
-    assert (final / "critic" / "value_head.pt").is_file() and (final / "policy_learner" / "config.json").is_file()
-    out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=3"], ray_env, tmp_path)
-    assert "from final (step 2)" in out, out[-3000:]
+    assert (final / "critic" / "value_head.pt").is_file() and (final / "critic" / "sharded").is_dir()
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3]
-    assert [r["critic/version"] for r in rows] == [1, 2, 3]  # the critic trained every step, and resumed
+    assert [r["critic/version"] for r in rows] == [1, 2, 3]  # the critic trained every step
     assert all(r["value/loss"] >= 0 for r in rows) and rows[-1]["train/advantage_abs_mean"] > 0
