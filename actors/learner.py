@@ -124,6 +124,13 @@ class Learner(Trainable):
         """The critic's values of every response token (`old_values`), at its current version."""
         return self.objective("value", "values_of").annotate(table), {"version": self.version}
 
+    def set_rehearsal(self, table: pa.Table) -> int:
+        """DPH-RL: the initial policy's samples (with their log-probs) the rehearsal objective uses."""
+        return self.objective("rehearsal", "set_rehearsal").set(table)
+
+    def rehearsal_size(self) -> int:
+        return self.objective("rehearsal", "rehearsal_size").size()
+
     def train_preference(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None,
                          nll_weight: float = 0.0) -> dict:
         """One optimizer step on preference pairs (prompt, chosen, rejected) with a loss from the

@@ -9,6 +9,7 @@ RECIPE_LINES = {
     "cooper": "policy and reward model trained together (Cooper)",
     "prime": "dense implicit process rewards (PRIME)",
     "ppo": "PPO with a critic and GAE",
+    "dph": "DPH-RL: GRPO plus a JS / forward-KL rehearsal of the initial policy's samples",
     "self_rewarding": "iterative DPO on the policy's own judgments (Self-Rewarding LM)",
     "self_judged_grpo": "GRPO rewarded by the policy's own online judgment (SSR-Zero-style)",
     "laser": "LaSeR: a last-token self-reward aligned with the verifier where it labels",

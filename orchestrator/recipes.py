@@ -19,6 +19,7 @@ BUILT_IN = {
     "cooper": "pipelines.cooper:Cooper",
     "prime": "pipelines.prime:Prime",
     "ppo": "pipelines.ppo:PPO",
+    "dph": "pipelines.dph:DPH",
     "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
     "laser": "pipelines.laser:Laser",
 }

@@ -135,3 +135,22 @@ def test_loss_params_are_checked_against_the_loss():
     with pytest.raises(Exception, match=r"policy loss 'kl_cov' takes no 'lower'; it takes \['ratio', 'coef'\]"):
         AlgorithmConfig(policy_loss="kl_cov", loss_params={"lower": 1.0})
     assert AlgorithmConfig(policy_loss="clip_cov", loss_params={"ratio": 1e-3}).loss_params == {"ratio": 1e-3}
+
+
+def test_rehearsal_divergences_hand_computed_and_their_gradients():
+    """Forward KL: log pi_init - log pi; JS: (log(2/(1+r)) + r log(2r/(1+r))) / 2 with gradient
+    r log(2r/(1+r)) / 2 * grad log pi; both 0 where pi = pi_init."""
+    from actors.objectives.rehearsal import divergence
+
+    init = torch.tensor([-1.0, -2.0, -0.5])
+    logp = torch.tensor([-1.0, -1.5, -1.2]).requires_grad_(True)
+    r = torch.exp(logp.detach() - init)
+    fkl = divergence("forward_kl", logp, init)
+    assert close(fkl.detach(), (init - logp.detach()).tolist())
+    js = divergence("js", logp, init)
+    expected = 0.5 * (torch.log(2 / (1 + r)) + r * torch.log(2 * r / (1 + r)))
+    assert close(js.detach(), expected.tolist()) and abs(float(js[0].detach())) < 1e-6
+    js.sum().backward()
+    assert close(logp.grad, (0.5 * r * torch.log(2 * r / (1 + r))).tolist())
+    with pytest.raises(ValueError, match="not one of"):
+        divergence("reverse_kl", logp, init)

@@ -1,4 +1,4 @@
-"""Recipe ppo end to end: a critic learner values the batch, the policy trains on GAE advantages,
+"""Recipes ppo and dph end to end. ppo: a critic learner values the batch, the policy trains on GAE advantages,
 the critic on the returns, and is checkpointed."""
 
 from __future__ import annotations
@@ -29,3 +29,22 @@ def test_ppo_trains_its_critic(ray_env, warm_cache, tmp_path) -> None:
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert [r["critic/version"] for r in rows] == [1, 2, 3]  # the critic trained every step
     assert all(r["value/loss"] >= 0 for r in rows) and rows[-1]["train/advantage_abs_mean"] > 0
+
+
+def test_dph_needs_a_verifier_to_keep_correct_samples() -> None:
+    with pytest.raises(ConfigError, match="dph.keep=correct needs a verifier reward function"):
+        load_config("dph", ["rewards=[{name: rm, model: auto}]"])
+    load_config("dph", ["rewards=[{name: rm, model: auto}]", "dph.keep=all"])
+    assert load_config("dph", []).dph.divergence == "js"
+
+
+@pytest.mark.slow
+def test_dph_rehearses_the_initial_policys_samples(ray_env, warm_cache, tmp_path) -> None:
+    run_dir = tmp_path / "dph"
+    out = coevo(small(warm_cache, "recipe=dph", "dph.keep=all", "dph.prompts=8", "dph.samples=2", "dph.batch=8",
+                      "train.max_steps=2", "train.eval_every=2", "--output-dir", str(run_dir)), ray_env, tmp_path)
+    assert "dph: rehearsal set of 16 samples from the initial policy" in out, out[-3000:]
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["rehearsal/samples"] == 16 and r["rehearsal/divergence"] >= 0 for r in rows)
+    assert rows[0]["rehearsal/divergence"] == pytest.approx(0.0, abs=1e-3)  # before any update: pi = pi_init
