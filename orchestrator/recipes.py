@@ -20,6 +20,7 @@ BUILT_IN = {
     "prime": "pipelines.prime:Prime",
     "ppo": "pipelines.ppo:PPO",
     "dph": "pipelines.dph:DPH",
+    "spark": "pipelines.spark:Spark",
     "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
     "laser": "pipelines.laser:Laser",
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import textwrap
+
+import numpy as np
 from types import SimpleNamespace
 
 import pytest
@@ -120,3 +122,23 @@ def test_an_entropy_bonus_trains_even_where_every_advantage_is_zero(reward_fn, s
         if coef:
             vocab = learner.model.config.vocab_size
             assert 0 < metrics["train/entropy"] <= math.log(vocab)
+
+
+def test_the_self_judge_objective_trains_the_policy_as_its_own_judge(reward_fn, scored) -> None:
+    """SPARK: its loss is the judge's cross-entropy on the batch's verifier labels (P(Y) vs P(N)
+    after the judge prompt), here over all 16 labelled rollouts, read before the update."""
+    from actors.judging import render, single_token, yes_probability
+
+    config = make_config(reward_fn)
+    learner = Learner(config, objectives=["policy_gradient", {"name": "self_judge", "per_update": 64}])
+    tok = learner.tokenizer
+    texts = [render(config.judge.template, p, r) for p, r in zip(scored.column("prompt").to_pylist(),
+                                                                  scored.column("response").to_pylist())]
+    p_yes = yes_probability(learner.model, tok, texts, single_token(tok, "Y", "yes"), single_token(tok, "N", "no"), "cpu")
+    correct = np.array(scored.column("reward.varied").to_pylist()) >= 0.5
+    expected = float(np.mean(-np.log(np.where(correct, p_yes, 1 - p_yes))))
+    metrics = learner.train_step(scored)
+    assert metrics["self_judge/loss"] == pytest.approx(expected, rel=1e-4)
+    assert 0 <= metrics["self_judge/accuracy"] <= 1
+    with pytest.raises(ValueError, match="coef > 0"):
+        Learner(config, objectives=[{"name": "self_judge", "coef": 0}])

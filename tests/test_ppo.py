@@ -48,3 +48,15 @@ def test_dph_rehearses_the_initial_policys_samples(ray_env, warm_cache, tmp_path
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["rehearsal/samples"] == 16 and r["rehearsal/divergence"] >= 0 for r in rows)
     assert rows[0]["rehearsal/divergence"] == pytest.approx(0.0, abs=1e-3)  # before any update: pi = pi_init
+
+
+@pytest.mark.slow
+def test_spark_trains_the_policy_as_its_own_judge(ray_env, warm_cache, tmp_path) -> None:
+    run_dir = tmp_path / "spark"
+    coevo(small(warm_cache, "recipe=spark", "rewards=[{name: correct, fn: integer_match}, {name: judge, judge: true, "
+                "weight: 0.5}]", "train.max_steps=2", "train.eval_every=2", "--output-dir", str(run_dir)),
+          ray_env, tmp_path)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["self_judge/loss"] > 0 and 0 <= r["self_judge/accuracy"] <= 1 for r in rows)
+    assert any(k.startswith("reward/judge") or k.startswith("reward_source/judge") for k in rows[-1]), sorted(rows[-1])

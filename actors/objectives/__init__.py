@@ -8,7 +8,7 @@ owns it. An objective declares
   for an objective that rides along another one's step, `rewards` / `prepare` / `begin` / `term`);
 - what state it keeps (`parameters` to train, `state_dict` to checkpoint, `save` beside the model).
 
-Built-ins: policy_gradient, preference, sft, laser_align, value, rehearsal. A `module:Class` path names your
+Built-ins: policy_gradient, preference, sft, laser_align, value, rehearsal, self_judge. A `module:Class` path names your
 own. See docs/learner.md.
 """
 
@@ -91,4 +91,5 @@ def build(specs, learner) -> dict[str, Objective]:
     return out
 
 
-from actors.objectives import laser_align, policy_gradient, preference, rehearsal, sft, value  # noqa: E402,F401
+from actors.objectives import (  # noqa: E402,F401
+    laser_align, policy_gradient, preference, rehearsal, self_judge, sft, value)
