@@ -44,13 +44,18 @@ def check_state(model: torch.nn.Module, state: dict[str, np.ndarray], where: str
         mine, theirs = own[name], state[name]
         if tuple(mine.shape) != tuple(theirs.shape):
             problems.append(f"{name}: shape {tuple(theirs.shape)} != {tuple(mine.shape)}")
-        elif torch.from_numpy(np.empty(0, dtype=theirs.dtype)).dtype != mine.dtype:
+        elif _torch_dtype(theirs) != mine.dtype:
             problems.append(f"{name}: dtype {theirs.dtype} != {mine.dtype}")
         if len(problems) > 8:
             break
     if problems:
         raise WeightMismatchError(f"weight update does not fit the {where}: " + "; ".join(problems)
                                   + " (nothing was loaded)")
+
+
+def _torch_dtype(value) -> torch.dtype:
+    """A payload holds numpy arrays (object store) or tensors (a collective transport)."""
+    return value.dtype if isinstance(value, torch.Tensor) else torch.from_numpy(np.empty(0, dtype=value.dtype)).dtype
 
 
 def load_state(model: torch.nn.Module, payload: dict, version: int, where: str = "model") -> None:
