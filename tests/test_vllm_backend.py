@@ -135,3 +135,11 @@ def test_greedy_equals_hf_on_a_larger_random_init_config():
                           "intermediate_size": 1024})
     generator = Generator(config, None)
     assert_same_greedy(generator.backend, hf_backend(config))
+
+
+def test_what_the_backend_cannot_do_is_refused_by_name(tiny):
+    generator, _ = tiny
+    with pytest.raises(NotImplementedError, match="LaSeR.*use rollout.backend=hf"):
+        generator.backend.generate(PROMPTS, n=1, max_new_tokens=2, next_token=3)
+    with pytest.raises(NotImplementedError, match="judge.mode=yes_prob"):
+        generator.backend.model
