@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from actors.generation import BACKENDS
-from actors.generation.base import Samples
+from actors.generation.base import Samples, decode_responses
 from actors.sampling import unsupported_settings
 from actors.weights import WeightMismatchError, check_state
 
@@ -64,9 +64,7 @@ class VLLMBackend:
         )
 
     def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
-        ends = np.cumsum(lengths)
-        pieces = np.split(response_ids, ends[:-1]) if len(lengths) else []
-        return self.tokenizer.batch_decode(pieces, skip_special_tokens=True)
+        return decode_responses(self.tokenizer, response_ids, lengths)
 
     def load_weights(self, payload: dict, version: int) -> None:
         """A published `{"version", "state"}` payload (numpy from the object store, or tensors from a
