@@ -77,17 +77,26 @@ class Engine:
         torch.set_rng_state(states[2])
         self.device = device
 
-    def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float,
-                 top_p: float, top_k: int, greedy: bool, stop_token_ids: list[int],
-                 seed: int | None) -> list[list[Completion]]:
-        """n completions per prompt (vLLM forks one request into n; the prompt is prefilled once)."""
+    @staticmethod
+    def request(prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float, top_p: float,
+                top_k: int, greedy: bool, stop_token_ids: list[int], seed: int | None):
+        """vLLM's prompts and SamplingParams for n completions per prompt (also what a benchmark sends
+        to a bare `LLM.generate`)."""
         vllm = import_vllm()
         params = vllm.SamplingParams(
             n=n, max_tokens=max_tokens, temperature=0.0 if greedy else temperature,
             top_p=1.0 if greedy else top_p, top_k=0 if greedy else top_k, seed=seed,
             stop_token_ids=stop_token_ids, ignore_eos=False, logprobs=0, detokenize=False,
             skip_special_tokens=False)
-        prompts = [vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
+        return [vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params
+
+    def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float,
+                 top_p: float, top_k: int, greedy: bool, stop_token_ids: list[int],
+                 seed: int | None) -> list[list[Completion]]:
+        """n completions per prompt (vLLM forks a request into n children that share the prompt's
+        cached blocks)."""
+        prompts, params = self.request(prompt_ids, n, max_tokens, temperature, top_p, top_k, greedy,
+                                       stop_token_ids, seed)
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         result = []
         for out in outputs:
