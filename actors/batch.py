@@ -233,6 +233,27 @@ def group_index(table: pa.Table) -> np.ndarray:
     return pc.dictionary_encode(column).combine_chunks().indices.to_numpy().astype(np.int64)
 
 
+def uniform_groups(table: pa.Table) -> np.ndarray:
+    """Per row: its group's number if every sample of the group got the same value from every reward
+    source (nulls equal only nulls), else -1. Such a group has no group-relative signal."""
+    groups = group_index(table)
+    out = np.full(len(groups), -1, dtype=np.int64)
+    if not len(groups):
+        return out
+    same = np.ones(int(groups.max()) + 1, dtype=bool)
+    for name in reward_sources(table):
+        col = table.column(REWARD_PREFIX + name).to_numpy(zero_copy_only=False).astype(np.float64)
+        value = np.where(np.isnan(col), np.inf, col)  # null -> +inf: a value of its own
+        hi = np.full(len(same), -np.inf)
+        lo = np.full(len(same), np.inf)
+        np.maximum.at(hi, groups, value)
+        np.minimum.at(lo, groups, value)
+        same &= hi == lo
+    uniform = same[groups]
+    out[uniform] = groups[uniform]
+    return out
+
+
 def reward_sources(table: pa.Table) -> list[str]:
     return [n[len(REWARD_PREFIX):] for n in table.schema.names if n.startswith(REWARD_PREFIX)]
 

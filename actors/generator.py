@@ -10,6 +10,7 @@ import pyarrow as pa
 import ray
 
 from actors import batch as B
+from actors.weight_transport import Endpoint, Link
 from actors.weights import StaleReplicaError
 
 
@@ -42,9 +43,16 @@ class Generator:
         self.seed = config.seed
         self.version = 0
         self.replica = replica
+        self.weights_endpoint = Endpoint()  # its membership of the policy channel's weight group
 
     def update_weights(self, version: int, payload: dict) -> int:
         self.backend.load_weights(payload, version)
+        self.version = version
+        return version
+
+    def receive_weights(self, link: Link, rank: int, version: int, join: bool = True) -> int:
+        """Take `version` from the channel's collective broadcast; all or nothing, like update_weights."""
+        self.backend.receive_weights(self.weights_endpoint, link, rank, version, join)
         self.version = version
         return version
 

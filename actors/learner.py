@@ -26,8 +26,10 @@ def default_objectives(config) -> list[str]:
 
 class Learner(Trainable):
     def __init__(self, config, model_source: str | None = None, role: dict | None = None,
-                 objectives: list | None = None):
-        """`objectives`: names or `{"name": ..., **options}` entries (a role's kwargs); None: the default."""
+                 objectives: list | None = None, lr: float | None = None, reference: bool = True):
+        """`objectives`: names or `{"name": ..., **options}` entries (a role's kwargs); None: the default.
+        `lr`: the optimizer's learning rate (default algorithm.lr); `reference`: keep the frozen KL
+        reference when algorithm.kl_coef > 0 (a critic does not need one)."""
         from actors import modeling
 
         self._setup(config, role)
@@ -40,12 +42,14 @@ class Learner(Trainable):
             self.model = modeling.load_model(model_source)
         self.model.to(self.device).train()
         self.reference = None
-        if self.algo.kl_coef > 0:  # frozen copy of the starting policy (replaced on resume)
+        self.lr = lr or self.algo.lr
+        self.wants_reference = reference and self.algo.kl_coef > 0
+        if self.wants_reference:  # frozen copy of the starting policy (replaced on resume)
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.skipped_steps = 0
         self._sft_optimizer = self._sft_lr = None
         self.objectives = build(default_objectives(config) if objectives is None else objectives, self)
-        self.optimizer = self._new_optimizer(self.algo.lr)
+        self.optimizer = self._new_optimizer(self.lr)
 
     def objective(self, name: str, method: str) -> Objective:
         if name not in self.objectives:
@@ -90,8 +94,8 @@ class Learner(Trainable):
 
     def reset_optimizer(self) -> None:
         """A fresh AdamW for RL after warm-up (its own learning rate, no carried-over moments)."""
-        self.optimizer = self._new_optimizer(self.algo.lr)
-        if self.algo.kl_coef > 0:  # the reference is the policy RL starts from
+        self.optimizer = self._new_optimizer(self.lr)
+        if self.wants_reference:  # the reference is the policy RL starts from
             self.reference = self.frozen_copy()
 
     def snapshot_reference(self, path: str | None = None) -> int:
@@ -108,6 +112,17 @@ class Learner(Trainable):
         """RL: `algorithm.mini_batches` optimizer steps on the concatenated batches (one row per sampled
         response). Returns metrics, with `version` the learner's version after the update."""
         return self.objective("policy_gradient", "train_step").train_step(*tables, dump_path=dump_path)
+
+    @ray.method(num_returns=2)
+    def train_step_returns(self, *tables: pa.Table, dump_path: str | None = None) -> tuple[pa.Table, dict]:
+        """`train_step` with GAE (recipe ppo), and the batch with its per-token `returns` for the critic."""
+        metrics = self.train_step(*tables, dump_path=dump_path)
+        return self.objectives["policy_gradient"].returns_table, metrics
+
+    @ray.method(num_returns=2)
+    def values_of(self, table: pa.Table) -> tuple[pa.Table, dict]:
+        """The critic's values of every response token (`old_values`), at its current version."""
+        return self.objective("value", "values_of").annotate(table), {"version": self.version}
 
     def train_preference(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None,
                          nll_weight: float = 0.0) -> dict:

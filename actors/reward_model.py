@@ -16,6 +16,7 @@ import ray
 import torch
 
 from actors import batch as B
+from actors.weight_transport import Endpoint, Link, node_ip
 from actors.weights import StaleReplicaError, load_state
 
 
@@ -79,6 +80,7 @@ class RewardModel:
             model, tok = modeling.load_reward_model(sources[spec.name], seed=config.seed)
             self.scorers[spec.name] = ScalarScorer(model, tok, self.device)
         self.version = 0
+        self.weights_endpoint = Endpoint()  # its membership of the reward-model channel's weight group
 
     def ping(self) -> int:
         return self.version
@@ -86,6 +88,14 @@ class RewardModel:
     def update_weights(self, version: int, payload: dict, source: str | None = None) -> int:
         name = source or next(iter(self.scorers))
         load_state(self.scorers[name].model, payload, version, where=f"reward model {name!r}")
+        self.version = version
+        return version
+
+    def receive_weights(self, link: Link, rank: int, version: int, join: bool = True, source: str | None = None) -> int:
+        """Take `version` from the channel's collective broadcast; all or nothing, like update_weights."""
+        name = source or next(iter(self.scorers))
+        self.weights_endpoint.receive(link, rank, self.scorers[name].model, version, where=f"reward model {name!r}",
+                                      device=self.device, bind=node_ip(), join=join)
         self.version = version
         return version
 

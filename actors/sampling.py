@@ -45,6 +45,14 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     return torch.log_softmax(x, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Entropy [B, T] of the sampling distribution at each position (tokens outside top-k/top-p have
+    probability 0 and add nothing)."""
+    lp = torch.log_softmax(processed_logits(logits.float(), temperature, top_k, top_p), dim=-1)
+    p = lp.exp()
+    return -torch.where(p > 0, p * lp, torch.zeros_like(p)).sum(-1)
+
+
 class SamplingWarper:
     """A transformers logits processor applying `processed_logits` at each generation step."""
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import torch
 
 from actors import batch as B
+from actors.weight_transport import Endpoint, Link, WeightTransportError, node_ip
 from actors.weights import export_state
 
 STATE_FILE = "learner_state.pt"
@@ -62,6 +63,7 @@ class Trainable:
             (role.get("threads", 0) or config.train.threads)
         self.version = 0
         self.ranks = Ranks(role.get("rank", 0), role.get("world_size", 1), config.learner.strategy)
+        self.weights_endpoint = Endpoint()  # the sending end of its channels' collective weight groups
 
     def ping(self) -> int:
         return self.version
@@ -127,6 +129,26 @@ class Trainable:
     def publish_parts(self) -> tuple[dict | None, dict]:
         """`publish` as (payload, info), so a pool call hands on the payload's ref unfetched."""
         return self.publish(), {"version": self.version}
+
+    def open_weights(self, channel: str, group: str, timeout_s: float) -> tuple[str, int]:
+        """Host the rendezvous store of a new epoch (`group`) of `channel`'s weight group: `(host, port)`."""
+        host = node_ip()
+        return host, self.weights_endpoint.open(channel, group, host, timeout_s)
+
+    def send_weights(self, link: Link, version: int) -> dict:
+        """Broadcast this learner's weights as `version` to the group of `link`. Every rank calls it
+        (a sharded model is gathered by `full_state()`); rank 0 sends. Returns `{"bytes"}` sent to each
+        receiver, or `{"error"}` when the broadcast broke: a transport failure is the channel's to
+        handle (a raise would take a rank group down)."""
+        if version != self.version:
+            raise ValueError(f"send_weights: asked to send version {version}, but the learner is at {self.version}")
+        state = self.full_state()
+        if not self.ranks.is_main:
+            return {"bytes": 0}
+        try:
+            return {"bytes": self.weights_endpoint.send(link, state, version, device=str(self.device))}
+        except WeightTransportError as e:
+            return {"error": str(e)}
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict:

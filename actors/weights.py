@@ -30,8 +30,13 @@ def export_state(model: torch.nn.Module | dict, version: int) -> dict:
     return {"version": int(version), "state": {k: v.detach().cpu().numpy() for k, v in state.items()}}
 
 
-def check_state(model: torch.nn.Module, state: dict[str, np.ndarray], where: str = "model") -> None:
-    """Raise WeightMismatchError naming every missing, unexpected or mis-shaped/typed tensor."""
+def _torch_dtype(dtype) -> torch.dtype:
+    return dtype if isinstance(dtype, torch.dtype) else torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+def check_state(model: torch.nn.Module, state: dict, where: str = "model") -> None:
+    """Raise WeightMismatchError naming every missing, unexpected or mis-shaped/typed tensor
+    (`state`: numpy arrays or torch tensors)."""
     own = model.state_dict()
     problems = []
     missing = sorted(set(own) - set(state))
@@ -44,18 +49,13 @@ def check_state(model: torch.nn.Module, state: dict[str, np.ndarray], where: str
         mine, theirs = own[name], state[name]
         if tuple(mine.shape) != tuple(theirs.shape):
             problems.append(f"{name}: shape {tuple(theirs.shape)} != {tuple(mine.shape)}")
-        elif _torch_dtype(theirs) != mine.dtype:
+        elif _torch_dtype(theirs.dtype) != mine.dtype:
             problems.append(f"{name}: dtype {theirs.dtype} != {mine.dtype}")
         if len(problems) > 8:
             break
     if problems:
         raise WeightMismatchError(f"weight update does not fit the {where}: " + "; ".join(problems)
                                   + " (nothing was loaded)")
-
-
-def _torch_dtype(value) -> torch.dtype:
-    """A payload holds numpy arrays (object store) or tensors (a collective transport)."""
-    return value.dtype if isinstance(value, torch.Tensor) else torch.from_numpy(np.empty(0, dtype=value.dtype)).dtype
 
 
 def load_state(model: torch.nn.Module, payload: dict, version: int, where: str = "model") -> None:

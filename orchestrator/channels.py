@@ -1,13 +1,25 @@
 """Weight channels: explicit edges from a learner to the pools that host its model.
 
 Policy learner -> generators (and a judge); reward-model learner -> reward-model scorers. Each learner
-counts its own versions; a channel publishes the learner's weights once to the object store and sends
-that one payload to every replica of every target pool (all or nothing per replica: actors.weights).
+counts its own versions. `weights.transport` picks how a version travels (docs/weights.md):
+object_store publishes the learner's weights once and sends that one payload to every replica of
+every target pool; collective broadcasts them over a process group of the learner and the live
+replicas (actors.weight_transport). Either way a replica installs a version all or nothing.
 """
 
 from __future__ import annotations
 
-from orchestrator.roles import Pool
+import asyncio
+import logging
+import uuid
+
+import ray
+
+from actors.weight_transport import Link
+from orchestrator.config import WeightsConfig
+from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError
+
+log = logging.getLogger("coevo")
 
 
 class Channel:
@@ -15,17 +27,137 @@ class Channel:
         self.name, self.learner, self.targets, self.method = name, learner, targets, method
         self.version = 0  # the learner version last published
         self.publishes = 0
+        self.settings: WeightsConfig = learner.transport or WeightsConfig()
+        self.epochs = 0  # collective groups formed
+        self.fallbacks = 0  # replicas that got a version through the object store after a broken broadcast
+        self._id = uuid.uuid4().hex[:8]
+        self._link: Link | None = None
+        self._members: list | None = None
+        self._inflight: asyncio.Future | None = None
 
     async def publish(self, version: int, wait: bool = True) -> None:
         """Publish the learner's weights at `version`. With `wait`, return once every replica holds
         them (strict on-policy); otherwise replicas take them between their requests."""
-        # every rank of the learner takes part (a sharded model is gathered); the payload is not fetched
-        payload, _ = await self.learner.call(self.method + "_parts")
-        for pool in self.targets:
-            await pool.set_weights(version, payload, wait=wait)
+        if self.settings.transport == "collective":
+            if self._inflight is not None:  # one broadcast at a time, in order; raises what the last one hit
+                previous, self._inflight = self._inflight, None
+                await previous
+            # the calls are submitted before this returns, so the learner's next call queues behind
+            # its send (not the other way round, which would leave the replicas waiting a train step)
+            started = await self._start(version)
+            if started is not None:
+                task = asyncio.ensure_future(self._finish(version, *started))
+                if wait:
+                    await task
+                else:
+                    self._inflight = task
+        else:
+            # every rank of the learner takes part (a sharded model is gathered); the payload is not fetched
+            payload, _ = await self.learner.call(self.method + "_parts")
+            for pool in self.targets:
+                await pool.set_weights(version, payload, wait=wait)
         self.version = version
         self.publishes += 1
 
     def lag(self, learner_version: int) -> int:
         """Versions the most out-of-date replica of this channel's targets is behind the learner."""
         return max((pool.lag(learner_version) for pool in self.targets), default=0)
+
+    # ---- collective --------------------------------------------------------------------------------
+    def backend(self) -> str:
+        pools = [self.learner, *self.targets]
+        if self.settings.backend == "auto":
+            return "nccl" if all(p.spec.num_gpus > 0 for p in pools) else "gloo"
+        if self.settings.backend == "nccl" and not all(p.spec.num_gpus > 0 for p in pools):
+            cpu = [p.name for p in pools if p.spec.num_gpus <= 0]
+            raise RoleError(f"weights.backend=nccl needs a GPU on the learner and every replica of channel "
+                            f"{self.name!r}, but roles {cpu} have num_gpus=0; use weights.backend=gloo or auto")
+        return self.settings.backend
+
+    async def _export(self) -> tuple[int, ray.ObjectRef]:
+        """`(version, payload)` in the object store, for a replica that catches up (every rank takes part)."""
+        payload, info = await self.learner.call(self.method + "_parts")
+        return info["version"], payload
+
+    async def _epoch(self, live: list) -> tuple[Link, bool]:
+        """The group for these live replicas: the current one, or a new epoch when they changed
+        (a replica joined, died or restarted). Returns the link and whether it is new."""
+        members = [(pool.name, rep.index, rep.failures) for pool, rep in live]
+        if self._link is not None and members == self._members:
+            return self._link, False
+        self.epochs += 1
+        group = f"{self.name}-{self._id}-{self.epochs}"
+        host, port = await self.learner.handles[0].open_weights.remote(self.name, group, self.settings.timeout_s)
+        self._link = Link(self.name, group, host, port, len(live) + 1, self.backend(), self.settings.timeout_s,
+                          self.settings.bucket_mb)
+        self._members = members
+        return self._link, True
+
+    async def _start(self, version: int):
+        """Mark the version, form the group if needed, submit the send and every receive."""
+        for pool in self.targets:
+            pool.mark_collective(version, self._export)
+        live = [(pool, rep) for pool in self.targets for rep in pool.replicas if rep.alive]
+        if not live:
+            return None  # replicas that come back catch up through the object store
+        link, join = await self._epoch(live)
+        # every rank calls it (a sharded model is gathered first); rank 0 sends
+        send = asyncio.ensure_future(self.learner.call("send_weights", link, version, table=False))
+        await asyncio.sleep(0)  # let it submit the calls now, ahead of the learner's next one
+        receives = [asyncio.ensure_future(_answer(rep.handle.receive_weights.remote(link, i + 1, version, join)))
+                    for i, (_, rep) in enumerate(live)]
+        return live, send, receives
+
+    async def _finish(self, version: int, live: list, send, receives: list) -> None:
+        """Record who holds the version; dead replicas restart, the others that missed it get it
+        through the object store, and a broken group is replaced at the next publish."""
+        try:
+            answer = await send
+            sent = answer.get("error")
+        except ACTOR_ERRORS as e:
+            raise RoleError(f"channel {self.name!r}: the learner died while broadcasting version {version}: {e}",
+                            lost_learner=True) from None
+        except ray.exceptions.RayTaskError as e:
+            sent = _first_line(e)
+        # receivers finish with the sender; one stuck behind a long call gets the object store instead
+        done, _ = await asyncio.wait(receives, timeout=self.settings.timeout_s)
+        fallback = []
+        for (pool, rep), task in zip(live, receives):
+            error = task.result() if task in done else TimeoutError(f"no answer in {self.settings.timeout_s:g}s")
+            if error is None:
+                await pool.holds(rep, version)
+            elif isinstance(error, ACTOR_ERRORS):
+                pool._lost(rep, error)
+            elif isinstance(error, ray.exceptions.RayTaskError) and type(error.cause).__name__ == "WeightMismatchError":
+                pool._rejected(rep, version, error)
+            else:
+                fallback.append((pool, rep, error))
+        if sent is not None or fallback or len(done) < len(receives):
+            self._link = None  # the next publish forms a new group with whoever is live then
+        if sent is not None:
+            log.warning("channel %s: broadcast of version %d failed on the learner: %s", self.name, version, sent)
+        for pool, rep, error in fallback:
+            log.warning("channel %s: replica %d of %s did not take version %d over the group (%s); sending it "
+                        "through the object store", self.name, rep.index, pool.name, version, _first_line(error))
+            self.fallbacks += 1
+            await pool._sync(rep, *await pool.payload())
+        for pool in self.targets:
+            if pool.fatal is not None:
+                raise pool.fatal
+
+
+async def _answer(ref) -> BaseException | None:
+    """None once the replica installed the version, else what it raised."""
+    try:
+        await ref
+        return None
+    except (ray.exceptions.RayError, ray.exceptions.RayTaskError) as e:
+        return e
+
+
+def _first_line(error: BaseException) -> str:
+    from orchestrator.errors import actor_error_message
+
+    if isinstance(error, ray.exceptions.RayTaskError):
+        return actor_error_message(error).splitlines()[0]
+    return str(error).splitlines()[0] if str(error) else type(error).__name__

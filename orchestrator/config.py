@@ -101,6 +101,13 @@ class RolloutConfig(Section):
     # Prompts per generate call; None: the batch split evenly over the generator replicas. Smaller
     # pieces let scoring start earlier and spread over replicas; a piece is never split later.
     chunk_prompts: Optional[int] = Field(None, gt=0)
+    # DAPO's dynamic sampling (Yu et al. 2025): drop the prompt groups whose samples all got the same
+    # rewards (no group-relative signal), counted as samples/dropped/uniform_reward, and sample more
+    # prompts in their place, until a train batch holds prompts_per_step informative groups ...
+    dynamic_sampling: bool = False
+    # ... or until this many times prompts_per_step groups were generated for it; past that bound,
+    # uniform groups are kept (and counted: samples/uniform_kept_at_bound)
+    max_sampling_tries: int = Field(3, ge=1)
 
     @field_validator("backend")
     @classmethod
@@ -185,6 +192,7 @@ class VerifierConfig(Section):
 
 class ReplicaRole(Section):
     """Resources of one named role: a pool of Ray actors."""
+    # independent replicas; a learner's are the ranks of one torch.distributed group (docs/learners.md)
     replicas: int = Field(1, ge=1)
     num_cpus: float = Field(1, ge=0)
     num_gpus: float = Field(0, ge=0)
@@ -213,6 +221,14 @@ class LearnerConfig(Section):
     timeout_s: float = Field(600.0, gt=0)
 
 
+# Each method's own loss aggregation, where it is not the token mean, by policy loss then advantage:
+# Dr.GRPO (Liu et al. 2025) a constant normaliser instead of each response's length; GSPO and GMPO
+# are sequence-level objectives (a response's token mean is its objective); TOPR's is the sum of a
+# response's token log-probs (its log-likelihood).
+OWN_LOSS_AGG = {"dr_grpo": "seq_sum_constant", "gspo": "seq_mean_token_mean", "gmpo": "seq_mean_token_mean",
+                "topr": "seq_mean_token_sum"}
+
+
 class AlgorithmConfig(Section):
     advantage: str = "grpo"
     policy_loss: str = "ppo_clip"
@@ -223,7 +239,22 @@ class AlgorithmConfig(Section):
     is_cap: float = Field(2.0, gt=0)  # truncation of the behaviour importance weight
     clip_eps: float = Field(0.2, gt=0)
     clip_eps_high: Optional[float] = Field(None, gt=0)  # DAPO clip-higher; None: clip_eps
-    kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model (k3 estimator)
+    # the policy loss's own options, e.g. clip_cov {ratio, lower, upper}, kl_cov {ratio, coef}
+    # (actors/algorithms/policy_losses.py)
+    loss_params: dict[str, float] = {}
+    # a bonus of this times each token's entropy under the sampling distribution (0: off)
+    entropy_coef: float = Field(0.0, ge=0)
+    kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model
+    # the KL term's estimator: k3 (gradient of the forward KL(ref || pi)), k2 (of the reverse
+    # KL(pi || ref)) or k1 (zero expected gradient); actors/algorithms/losses.py
+    kl_estimator: str = "k3"
+    # How the per-token loss becomes one number per optimizer update. None: the advantage
+    # method's own (dr_grpo: seq_sum_constant; gspo, gmpo: seq_mean_token_mean; topr:
+    # seq_mean_token_sum; the others: token_mean). token_mean: over every
+    # token; seq_mean_token_mean: each response's token mean, averaged over responses (GRPO's
+    # paper); seq_mean_token_sum: each response's token sum, averaged over responses;
+    # seq_sum_constant: token sums over responses / (responses x rollout.max_new_tokens) (Dr.GRPO).
+    loss_agg: Optional[Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant"]] = None
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
@@ -239,6 +270,31 @@ class AlgorithmConfig(Section):
     def _known_adv(cls, v: str) -> str:
         from actors.algorithms import ADVANTAGES
         return registered(v, ADVANTAGES)
+
+    @field_validator("kl_estimator")
+    @classmethod
+    def _known_kl(cls, v: str) -> str:
+        from actors.algorithms import KL_ESTIMATORS
+        return registered(v, KL_ESTIMATORS)
+
+    @model_validator(mode="after")
+    def _loss_params_fit(self) -> "AlgorithmConfig":
+        if self.loss_params:
+            import inspect
+
+            from actors.algorithms import POLICY_LOSSES
+            fn = POLICY_LOSSES.get(self.policy_loss)
+            fixed = {"logprobs", "old_logprobs", "advantages", "clip_eps", "clip_eps_high", "mask"}
+            accepted = [p for p in inspect.signature(fn).parameters if p not in fixed]
+            unknown = sorted(set(self.loss_params) - set(accepted))
+            if unknown:
+                raise ValueError(f"algorithm.loss_params: policy loss {self.policy_loss!r} takes no {unknown[0]!r}; "
+                                 f"it takes {accepted or 'no options'}")
+        return self
+
+    def aggregation(self) -> str:
+        """The loss aggregation in effect: `loss_agg`, else the advantage estimator's own."""
+        return self.loss_agg or OWN_LOSS_AGG.get(self.policy_loss) or OWN_LOSS_AGG.get(self.advantage, "token_mean")
 
     @field_validator("policy_loss")
     @classmethod
@@ -289,6 +345,20 @@ class RayConfig(Section):
     dashboard: bool = False  # local cluster only; clusters started with `ray start` have one
 
 
+class WeightsConfig(Section):
+    """How a weight channel carries a learner's published versions to its target replicas
+    (docs/weights.md)."""
+    # object_store: one payload per publish, every replica maps it (zero-copy on a node). collective:
+    # the learner broadcasts over a process group with the replicas (gloo/nccl), in buckets
+    transport: Literal["object_store", "collective"] = "object_store"
+    bucket_mb: float = Field(256.0, gt=0)  # bucket size of the collective broadcast, MiB
+    # auto: nccl when the learner and every target replica have a GPU, else gloo
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    # a collective publish (forming the group, or one broadcast) that takes longer fails; the
+    # channel then sends that version through the object store and forms a new group next time
+    timeout_s: float = Field(300.0, gt=0)
+
+
 class Config(Section):
     recipe: str = "grpo"  # a registered recipe (pipelines) or `module:Class`
     seed: int = 0  # data order, sampling and model init
@@ -307,6 +377,7 @@ class Config(Section):
     aggregate: dict[str, Any] = {}
     roles: dict[str, ReplicaRole] = {}  # resources per role; the recipe names its roles
     ray: RayConfig = RayConfig()
+    weights: WeightsConfig = WeightsConfig()  # how learners reach their replicas (docs/weights.md)
 
     @field_validator("recipe")
     @classmethod
@@ -364,6 +435,9 @@ class Config(Section):
             raise ValueError("aggregate.weights / aggregate.on_error: set rewards[].weight and "
                              "verifier.on_error instead")
         from orchestrator.recipes import RECIPES
+        if self.algorithm.advantage == "gae" and "ppo" not in type(self).model_fields:
+            raise ValueError(f"algorithm.advantage=gae needs a critic's values per token: recipe ppo has one, "
+                             f"recipe {self.recipe!r} does not")
         kinds = RECIPES.get(self.recipe).role_kinds(self)
         known = list(kinds)
         unknown = sorted(set(self.roles) - set(known))

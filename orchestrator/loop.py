@@ -120,6 +120,9 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             for name, channel in ctx.channels.items():
                 row[f"channel/{name}/version"] = channel.version
                 row[f"channel/{name}/lag"] = channel.lag(ctx.versions.get(channel.learner.name, channel.version))
+                if channel.settings.transport == "collective":  # groups formed; versions sent the other way
+                    row[f"channel/{name}/epochs"] = channel.epochs
+                    row[f"channel/{name}/fallbacks"] = channel.fallbacks
             busy_now = _busy(ctx)
             for role, busy in busy_now.items():
                 pool = ctx.pools[role]

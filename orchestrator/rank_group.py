@@ -19,15 +19,25 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, describe_death
+from actors.registry import import_path
+from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, exit_detail
 
 log = logging.getLogger("coevo")
+RANK_METHODS = ("rendezvous", "init_distributed")  # what a learner class needs to join a group
+SETTLE_S = 5.0  # after a rank's call fails, how long the others' answers may take to arrive
 
 
 class RankGroup(Pool):
     """The pool of a learner with several ranks: SPMD calls, one answer (rank 0's)."""
 
     def __init__(self, name: str, spec, config):
+        # refused before a placement group is reserved or an actor started
+        cls = import_path(spec.actor, what=f"role {name!r} actor")
+        missing = [m for m in RANK_METHODS if not hasattr(cls, m)]
+        if missing:
+            raise RoleError(f"roles.{name}.replicas={spec.replicas}: {cls.__name__} ({spec.actor}) cannot run as "
+                            f"ranks of a group (it has no {missing[0]}); learners built on "
+                            "actors.trainable.Trainable can")
         bundle = {k: v for k, v in {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}.items() if v}
         self.group = placement_group([bundle or {"CPU": 0.01}] * spec.replicas, strategy=spec.placement.upper(),
                                      name=f"coevo-{name}")
@@ -48,10 +58,6 @@ class RankGroup(Pool):
         if self.formed:
             return
         handles = self.handles
-        missing = [m for m in ("rendezvous", "init_distributed") if not hasattr(handles[0], m)]
-        if missing:
-            raise RoleError(f"roles.{self.name}.replicas={len(handles)}: {self.class_name} cannot run as ranks of a "
-                            f"group (it has no {missing[0]}); learners built on actors.trainable.Trainable can")
         await super().ready()
         address, port = await handles[0].rendezvous.remote()
         backends = await self._all([h.init_distributed.remote(address, port) for h in handles], "init_distributed")
@@ -84,24 +90,43 @@ class RankGroup(Pool):
         return await self._all([getattr(r.handle, method).remote(*args, **kwargs) for r in self.replicas], method)
 
     async def _all(self, refs: list, method: str) -> list:
-        """Every rank's answer; a rank that dies, hangs or raises takes the whole group down."""
+        """Every rank's answer. A rank that dies or hangs takes the whole group down and the learner
+        is restarted (RoleError.lost_learner); an error raised by a rank's own code ends the run."""
         async def get(ref):
             return await ref
+        calls = [asyncio.ensure_future(get(r)) for r in refs]
         try:
-            return await asyncio.wait_for(asyncio.gather(*[get(r) for r in refs]), self.spec.timeout_s)
-        except TimeoutError:
-            self._fail(RoleError(f"role {self.name!r} ({self.class_name}): {method} on its {len(refs)} ranks gave no "
-                                 f"answer within roles.{self.name}.timeout_s={self.spec.timeout_s:g}s; every rank "
-                                 "was stopped", lost_learner=True))
-        except ACTOR_ERRORS as e:
-            rank = next((i for i, r in enumerate(refs) if _died(r)), 0)
-            self.replicas[rank].failures += 1
-            self._fail(RoleError(describe_death(self, self.replicas[rank], e).replace(
-                "every replica of role", f"rank {rank} of the {len(refs)} ranks of role", 1), lost_learner=True))
-        except ray.exceptions.RayTaskError:
+            done, pending = await asyncio.wait(calls, timeout=self.spec.timeout_s,
+                                               return_when=asyncio.FIRST_EXCEPTION)
+            if not pending and not any(c.exception() for c in done):
+                return [c.result() for c in calls]
+            if not any(c.exception() for c in done):
+                self._fail(RoleError(f"role {self.name!r} ({self.class_name}): {method} on its {len(refs)} ranks gave "
+                                     f"no answer within roles.{self.name}.timeout_s={self.spec.timeout_s:g}s; every "
+                                     "rank was stopped", lost_learner=True))
+            # A rank killed inside a collective makes its peers' collective raise at the same moment
+            # Ray reports the death (both within ~0.1 s): wait for both before telling a lost rank
+            # (restart the run) from a rank whose code raised (a bug: end the run).
+            await asyncio.wait(calls, timeout=SETTLE_S)
+            errors = [c.exception() if c.done() and not c.cancelled() else None for c in calls]
+            dead = [i for i, e in enumerate(errors) if isinstance(e, ACTOR_ERRORS)]
+            if dead:
+                rank = dead[0]
+                self.replicas[rank].failures += 1
+                self._fail(RoleError(f"rank {rank} of the {len(refs)} ranks of role {self.name!r} ({self.class_name}) "
+                                     f"has died in {method}: {exit_detail(errors[rank])}; every rank was stopped",
+                                     lost_learner=True))
+            lost = next((i for i, e in enumerate(errors) if _peer_lost(e)), None)
+            if lost is not None:  # a peer gone before Ray says so (a lost node takes Ray seconds to notice)
+                self._fail(RoleError(f"role {self.name!r} ({self.class_name}): rank {lost} of its {len(refs)} ranks "
+                                     f"lost a peer in {method}: {str(errors[lost].cause).strip()[-300:]}; every rank "
+                                     "was stopped", lost_learner=True))
             self._stop_ranks()  # the other ranks may wait in a collective for the one that raised
             self.fatal = RoleError(f"role {self.name!r}: a rank failed in {method}; every rank was stopped")
-            raise
+            raise next(e for e in errors if e is not None)
+        finally:
+            for c in calls:
+                c.cancel()
 
     def _fail(self, error: RoleError) -> None:
         self._stop_ranks()
@@ -120,12 +145,12 @@ class RankGroup(Pool):
         remove_placement_group(self.group)
 
 
-def _died(ref) -> bool:
-    """Whether this call's actor is the one that died (its ref resolves to an actor error)."""
-    try:
-        ray.get(ref, timeout=0)
-    except ACTOR_ERRORS:
-        return True
-    except Exception:  # noqa: BLE001  (not ready, or another error: not this one)
-        return False
-    return False
+def _peer_lost(error: BaseException | None) -> bool:
+    """A rank's call raised because a collective lost its peer: torch's network errors, and gloo's
+    (a plain RuntimeError from its TCP transport)."""
+    import torch.distributed as dist
+
+    cause = getattr(error, "cause", None)
+    return isinstance(error, ray.exceptions.RayTaskError) and (
+        isinstance(cause, dist.DistNetworkError) or
+        (isinstance(cause, RuntimeError) and "Connection closed by peer" in str(cause)))

@@ -8,6 +8,7 @@ RECIPE_LINES = {
     "reward_model": "a Bradley-Terry reward model from the warm policy's verifier-labelled samples",
     "cooper": "policy and reward model trained together (Cooper)",
     "prime": "dense implicit process rewards (PRIME)",
+    "ppo": "PPO with a critic and GAE",
     "self_rewarding": "iterative DPO on the policy's own judgments (Self-Rewarding LM)",
     "self_judged_grpo": "GRPO rewarded by the policy's own online judgment (SSR-Zero-style)",
     "laser": "LaSeR: a last-token self-reward aligned with the verifier where it labels",

@@ -18,6 +18,7 @@ BUILT_IN = {
     "reward_model": "pipelines.reward_model:RewardModelTraining",
     "cooper": "pipelines.cooper:Cooper",
     "prime": "pipelines.prime:Prime",
+    "ppo": "pipelines.ppo:PPO",
     "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
     "laser": "pipelines.laser:Laser",
 }

@@ -124,7 +124,14 @@ class Pool:
         self.replicas = [Replica(actor.options(**options, **self._placement(i)).remote(
             config, *spec.args, role=self._role(i), **spec.kwargs), i) for i in range(spec.replicas)]
         self.version = 0
-        self.weights: ray.ObjectRef | None = None  # the latest published payload, for restarted replicas
+        self.published = False  # once a version is published, a replica gets work only if it holds it
+        # an object-store payload (of weights_version) for restarted replicas; a collective channel
+        # leaves it None and sets `_export`, which makes one only when a replica needs it
+        self.weights: ray.ObjectRef | None = None
+        self.weights_version = 0
+        self._export = None
+        self._exporting = asyncio.Lock()
+        self.transport = getattr(config, "weights", None)  # the run's `weights` settings (channels read them)
         self.fatal: BaseException | None = None
         # statistics the replicas share, held here (orchestrator.held_state): an actor class opts in
         # with a static merge_state(state, delta)
@@ -161,7 +168,7 @@ class Pool:
             while True:
                 if self.fatal is not None:
                     raise self.fatal
-                ready = [r for r in self.replicas if r.alive and (self.weights is None or r.version == self.version)]
+                ready = [r for r in self.replicas if r.alive and (not self.published or r.version == self.version)]
                 if ready:
                     rep = min(ready, key=lambda r: (r.inflight, r.index))
                     rep.inflight += 1
@@ -189,7 +196,7 @@ class Pool:
             self.calls += 1
             start = time.perf_counter()
             try:
-                if versioned and self.weights is not None:
+                if versioned and self.published:
                     kwargs["expect_version"] = rep.version
                 if held:
                     kwargs["state"] = self.held.ref()
@@ -265,9 +272,15 @@ class Pool:
                     if time.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.2)
-            if self.weights is not None:
-                version = self.version
-                await rep.handle.update_weights.remote(version, self.weights)
+            if self.published:
+                try:
+                    version, payload = await self.payload()
+                except Exception as e:  # noqa: BLE001  (the learner could not make one, e.g. it died)
+                    log.warning("role %s: no weights payload for restarted replica %d (%s); it waits for the "
+                                "next publish", self.name, rep.index, e)
+                    version, payload = -1, None  # matches no version: no work until it gets one
+                if payload is not None:
+                    await rep.handle.update_weights.remote(version, payload)
                 rep.version = version
             else:
                 rep.version = 0
@@ -293,7 +306,8 @@ class Pool:
         (actor calls run in order); it gets new work only once it has acknowledged the version."""
         if self.fatal is not None:
             raise self.fatal
-        self.version, self.weights = version, payload
+        self.version, self.published = version, True
+        self.weights, self.weights_version, self._export = payload, version, None
         syncs = [self._sync(r, version, payload) for r in self.replicas if r.alive]
         if wait:
             await asyncio.gather(*syncs)
@@ -302,6 +316,31 @@ class Pool:
         else:  # a rejection is raised by the next call to this pool (it waits for the version)
             for s in syncs:
                 asyncio.ensure_future(s)
+
+    def mark_collective(self, version: int, export) -> None:
+        """A collective channel broadcasts `version` now: replicas get work once they hold it, and
+        one that restarts catches up from `await export()` -> `(version, payload_ref)`, called only then."""
+        if self.fatal is not None:
+            raise self.fatal
+        self.version, self.published = version, True
+        self.weights, self._export = None, export
+
+    async def payload(self) -> tuple[int, ray.ObjectRef]:
+        """`(version, payload)` of the current weights in the object store, made now if a collective
+        channel has not made one yet. The learner may have moved past `self.version` (async stages):
+        then the payload is its newer version, which the replica holds until the next publish."""
+        async with self._exporting:
+            if self._export is not None and (self.weights is None or self.weights_version < self.version):
+                self.weights_version, self.weights = await self._export()
+        if self.weights is None:
+            raise RuntimeError(f"role {self.name!r}: no weights were published yet")
+        return self.weights_version, self.weights
+
+    async def holds(self, rep: Replica, version: int) -> None:
+        """Record that `rep` installed `version` (a collective broadcast)."""
+        rep.version = max(rep.version, version)
+        async with self._changed:
+            self._changed.notify_all()
 
     async def _sync(self, rep: Replica, version: int, payload) -> None:
         try:
@@ -365,9 +404,13 @@ def _is_stale(error: ray.exceptions.RayTaskError) -> bool:
 
 
 def describe_death(pool: Pool, rep: Replica, error: BaseException) -> str:
-    text = str(error)
+    return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
+            f"{exit_detail(error)}. The run cannot go on without it.")
+
+
+def exit_detail(error: BaseException) -> str:
+    """Ray's one-sentence reason an actor's process ended (e.g. 'Worker unexpectedly exits ...')."""
     import re
 
-    detail = re.search(r"Worker exit detail: (.+?\.)", text)
-    return (f"every replica of role {pool.name!r} ({pool.class_name}) has died; the last, replica {rep.index}: "
-            f"{detail.group(1).rstrip('.') if detail else type(error).__name__}. The run cannot go on without it.")
+    detail = re.search(r"Worker exit detail: (.+?\.)", str(error))
+    return detail.group(1).rstrip(".") if detail else type(error).__name__

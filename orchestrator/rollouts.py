@@ -24,6 +24,7 @@ import pyarrow as pa
 import ray
 
 log = logging.getLogger("coevo")
+UNIFORM = "uniform_reward"  # the drop reason of dynamic sampling
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Rollouts:
         while self.batch_groups % self.chunk:  # pieces never straddle train batches
             self.chunk -= 1
         self.n = cfg.rollout.samples_per_prompt
+        self.dynamic = cfg.rollout.dynamic_sampling
+        self.max_tries = cfg.rollout.max_sampling_tries
         self.ready: dict[int, Piece] = {}
         self.inflight: dict[int, Piece] = {}
         self.tasks: set[asyncio.Task] = set()
@@ -59,6 +62,7 @@ class Rollouts:
         self.seq = state.get("seq", 0)
         self.trained = state.get("trained", 0)
         self.admitted = state.get("admitted", 0)  # groups dispatched and not dropped
+        self.filtered = state.get("filtered", 0)  # uniform groups dropped since the last trained batch
         self.counts.update(state.get("counts", {}))
         self.error: BaseException | None = None
         self._wake = asyncio.Event()
@@ -70,8 +74,9 @@ class Rollouts:
     # ---- production -------------------------------------------------------------------------------
     def start(self) -> None:
         for saved in self._pending_restore:  # pieces of the checkpoint: buffered ones come back as they were
-            piece = Piece(seq=saved["seq"], prompts=saved["prompts"], groups=saved["prompts"].num_rows,
-                          samples=saved["prompts"].num_rows * self.n, version=saved["version"])
+            groups = saved.get("groups", saved["prompts"].num_rows)  # fewer after dynamic sampling
+            piece = Piece(seq=saved["seq"], prompts=saved["prompts"], groups=groups,
+                          samples=saved.get("samples", groups * self.n), version=saved["version"])
             if saved.get("table") is not None:
                 piece.table, piece.info = ray.put(saved["table"]), saved.get("info", {})
                 self.ready[piece.seq] = piece
@@ -119,6 +124,8 @@ class Rollouts:
             piece.info = {"generate_s": info["busy_s"], "tokens": info.get("tokens", 0)}
             piece.table, more = await self.recipe.score_piece(self.ctx, piece.table)
             piece.info.update(more)
+            if self.dynamic:
+                await self._keep_informative(piece)
             self.inflight.pop(piece.seq, None)
             self.ready[piece.seq] = piece
             self._changed.set()
@@ -126,6 +133,28 @@ class Rollouts:
             raise
         except Exception as e:  # noqa: BLE001
             self._fail(e)
+
+    async def _keep_informative(self, piece: Piece) -> None:
+        """Dynamic sampling: drop the piece's groups whose rewards are all equal and let admission
+        dispatch prompts in their place, within the bound of max_sampling_tries x B groups per batch."""
+        from actors.batch import uniform_groups
+
+        table = await piece.table
+        uniform = uniform_groups(table)
+        dropped = len(set(uniform.tolist()) - {-1})
+        if not dropped:
+            return
+        rows = int((uniform >= 0).sum())
+        if self.filtered + dropped > (self.max_tries - 1) * self.batch_groups:
+            self.counts["samples/uniform_kept_at_bound"] += rows
+            return
+        piece.table = ray.put(table.filter(pa.array(uniform < 0)))
+        piece.groups -= dropped
+        piece.samples -= rows
+        self.admitted -= dropped
+        self.filtered += dropped
+        self.counts[f"samples/dropped/{UNIFORM}"] += rows
+        self._fill()
 
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
@@ -182,6 +211,7 @@ class Rollouts:
     def trained_batch(self) -> None:
         """The learner finished a batch: admission may dispatch the next one, right away."""
         self.trained += 1
+        self.filtered = 0
         try:
             self._fill()
         except Exception as e:  # noqa: BLE001  (surfaced by take())
@@ -208,8 +238,8 @@ class Rollouts:
             if piece.seq in self.ready:
                 table = await piece.table
             pieces.append({"seq": piece.seq, "prompts": piece.prompts, "version": piece.version,
-                           "table": table, "info": piece.info})
-        return {"seq": self.seq, "trained": self.trained, "admitted": self.admitted,
+                           "table": table, "info": piece.info, "groups": piece.groups, "samples": piece.samples})
+        return {"seq": self.seq, "trained": self.trained, "admitted": self.admitted, "filtered": self.filtered,
                 "counts": dict(self.counts), "pieces": pieces}
 
     async def stop(self) -> None:

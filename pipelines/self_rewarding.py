@@ -159,7 +159,7 @@ class IterationSource:
         await gen.broadcast("update_weights_from", str(model_dir), gen.version)
         judged, _ = await gen.call("judge", table)
         scores = self._scores(await judged)
-        await gen.set_weights(gen.version, gen.weights)
+        await gen.set_weights(*await gen.payload())
         return scores
 
     def _scores(self, table: pa.Table) -> np.ndarray:
@@ -233,7 +233,7 @@ class IterationSource:
 
         chunks = self.ctx.split(prompts, max(1, prompts.num_rows // 32))
         tables = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
-        await gen.set_weights(gen.version, gen.weights)
+        await gen.set_weights(*await gen.payload())
         judged = await asyncio.gather(*[gen.call("judge", t) for t in tables])
         return B.concat(list(await asyncio.gather(*[t for t, _ in judged])))
 

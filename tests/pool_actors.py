@@ -39,3 +39,30 @@ class Worker:
             except FileNotFoundError:
                 pass
         return x, os.getpid()
+
+
+class Ranked:
+    """A rank of a RankGroup (tests/test_rank_group_faults.py) over gloo: `reduce(x)` sums x over the
+    ranks, after `stall[rank]` seconds; rank `fail` raises instead."""
+
+    def __init__(self, config, role: dict | None = None):
+        from actors.distributed import Ranks
+        role = role or {}
+        self.ranks = Ranks(role.get("rank", 0), role.get("world_size", 1))
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def rendezvous(self) -> tuple[str, int]:
+        from actors.distributed import free_port
+        return "127.0.0.1", free_port()
+
+    def init_distributed(self, address: str, port: int) -> int:
+        self.ranks.init(address, port, "gloo", timeout_s=60)
+        return self.ranks.rank
+
+    def reduce(self, x: float, stall: dict | None = None, fail: int | None = None) -> float:
+        if fail == self.ranks.rank:
+            raise ValueError(f"rank {fail} failed on purpose")
+        time.sleep((stall or {}).get(self.ranks.rank, 0))
+        return self.ranks.sum({"x": x})["x"]

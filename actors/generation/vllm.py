@@ -78,3 +78,25 @@ class VLLMBackend:
             warnings.simplefilter("ignore", UserWarning)
             tensors = {k: torch.as_tensor(v) for k, v in state.items()}
         self.engine.load_weights(tensors)
+
+    def receive_weights(self, endpoint, link, rank: int, version: int, join: bool = True) -> None:
+        """The collective transport (actors.weight_transport): it checks the staged version against
+        `_EngineSink.state_dict()` and installs it through `load_state_dict`, i.e. the same in-place
+        `Engine.load_weights` as the object store."""
+        from actors.weight_transport import node_ip
+
+        endpoint.receive(link, rank, _EngineSink(self), version, where="vLLM generator's model",
+                         device=self.device, bind=node_ip(), join=join)
+
+
+class _EngineSink:
+    """What the collective receiver needs of a model: names/shapes/dtypes, and a strict full load."""
+
+    def __init__(self, backend: VLLMBackend):
+        self.backend = backend
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.backend.reference.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
+        self.backend.engine.load_weights(state)

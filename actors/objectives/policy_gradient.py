@@ -65,10 +65,15 @@ class PolicyGradient(Objective):
         table, reward_metrics = self.aggregator.apply(table)
         rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
         groups = torch.from_numpy(B.group_index(table))
-        outcome = estimate(ADVANTAGES.get(algo.advantage), rewards, groups, lrn.config)
+        estimator = ADVANTAGES.get(algo.advantage)
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
-        adv = outcome[:, None].expand_as(old_lp).clone()
+        if getattr(estimator, "needs_values", False):  # PPO: GAE on the critic's values
+            adv, table = self._gae(table, rewards, r_mask)
+            outcome = (adv * r_mask).sum(1) / r_mask.sum(1).clamp(min=1)
+        else:
+            outcome = estimate(estimator, rewards, groups, lrn.config)
+            adv = outcome[:, None].expand_as(old_lp).clone()
         if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
             dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32)
             process = process_advantages(dense, r_mask.float(), groups)
@@ -84,7 +89,7 @@ class PolicyGradient(Objective):
         # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
         # forward/backward is wasted work. The token-mean still counts their tokens (unchanged update).
         needed = active & ((adv != 0) & r_mask).any(dim=1)
-        if not (algo.skip_uniform_groups and lrn.reference is None):
+        if not (algo.skip_uniform_groups and lrn.reference is None and algo.entropy_coef == 0):
             needed = active
         for rider in self.riders():
             rows = rider.prepare(table, data)
@@ -118,6 +123,24 @@ class PolicyGradient(Objective):
         out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
         return out
 
+    def _gae(self, table: pa.Table, rewards: torch.Tensor, r_mask: torch.Tensor) -> tuple[torch.Tensor, pa.Table]:
+        """Per-token GAE advantages from the critic's `old_values` (recipe ppo), whitened over the
+        batch's tokens if the recipe says so; the table gains `returns` for the critic to train on."""
+        from actors.algorithms.advantages import gae_advantages
+
+        self.require(table, ("old_values",))
+        ppo = self.learner.config.ppo
+        values, _ = B.to_padded(table.column("old_values"), 0.0, torch.float32)
+        adv, returns = gae_advantages(rewards, values, r_mask, ppo.gamma, ppo.lam)
+        if ppo.whiten_advantages:
+            valid = adv[r_mask]
+            if len(valid) > 1:
+                adv = torch.where(r_mask, (adv - valid.mean()) / (valid.std() + 1e-8), torch.zeros_like(adv))
+        lengths = r_mask.sum(1).numpy()
+        self.returns_table = B.replace_column(table, "returns", B.list_column(returns[r_mask].numpy(), lengths,
+                                                                               pa.float32()))
+        return adv, table
+
     def _proximal(self, d: dict, mine: list[torch.Tensor], updates: list[torch.Tensor]) -> torch.Tensor | None:
         """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
         policy), computed without gradients for the rows this rank trains."""
@@ -134,28 +157,45 @@ class PolicyGradient(Objective):
                     prox[mb] = lp
         return prox
 
-    def _loss(self, logp, old_lp, adv, prox):
+    def _loss(self, logp, old_lp, adv, prox, mask):
+        """The policy loss under the off-policy correction (any loss composes with any correction)."""
         from actors.algorithms import OFF_POLICY, POLICY_LOSSES
+        from actors.algorithms.losses import corrected
 
         a = self.learner.algo
-        if a.off_policy in (None, "none"):
-            extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
-            loss, stats = POLICY_LOSSES.get(a.policy_loss)(logp, old_lp, adv, clip_eps=a.clip_eps, **extra)
-            stats.setdefault("is_weight", torch.ones_like(logp))
-            return loss, stats
-        return OFF_POLICY.get(a.off_policy)(logp, old_lp, adv, proximal_logprobs=prox, clip_eps=a.clip_eps,
-                                            clip_eps_high=a.clip_eps_high, is_cap=a.is_cap)
+        extra = {} if a.clip_eps_high is None else {"clip_eps_high": a.clip_eps_high}
+        return corrected(POLICY_LOSSES.get(a.policy_loss), OFF_POLICY.get(a.off_policy or "none"), logp, old_lp, adv,
+                         proximal_logprobs=prox, is_cap=a.is_cap, clip_eps=a.clip_eps, mask=mask, **extra,
+                         **a.loss_params)
+
+    def _row_weights(self, rows: torch.Tensor, r_mask: torch.Tensor) -> torch.Tensor:
+        """Each row's weight on its summed token losses, so that the update's loss is aggregated as
+        `algorithm.loss_agg` says. Normalisers come from the whole update (every rank's rows), so N
+        ranks compute what one does."""
+        lengths = r_mask.sum(1).double()
+        n = len(rows)
+        mode = self.learner.algo.aggregation()
+        if mode == "token_mean":
+            w = torch.full_like(lengths, 1.0 / max(float(lengths[rows].sum()), 1.0))
+        elif mode == "seq_mean_token_mean":
+            w = 1.0 / (lengths.clamp(min=1) * n)
+        elif mode == "seq_mean_token_sum":
+            w = torch.full_like(lengths, 1.0 / n)
+        else:  # seq_sum_constant
+            w = torch.full_like(lengths, 1.0 / (n * self.learner.config.rollout.max_new_tokens))
+        return w.float()
 
     def _update(self, rows: torch.Tensor, own: torch.Tensor, needed: torch.Tensor, d: dict,
                 sums: dict) -> tuple[bool, float, int]:
-        """One optimizer step on `rows`: token-mean over all their response tokens, in micro-batches
+        """One optimizer step on `rows`: their loss aggregated as `algorithm.loss_agg` says, in micro-batches
         over the rows that need a forward pass (`own`: this rank's share of them). A non-finite loss
         or gradient skips the step (counted, warned) instead of poisoning the weights."""
-        from actors.algorithms.losses import kl_k3
-        from actors.sampling import token_logprobs
+        from actors.algorithms import KL_ESTIMATORS
+        from actors.sampling import token_entropy, token_logprobs
 
         lrn, dev, p_width = self.learner, self.learner.device, d["p_width"]
-        tokens = max(int(d["r_mask"][rows].sum()), 1)
+        kl_estimator = KL_ESTIMATORS.get(lrn.algo.kl_estimator)
+        row_w = self._row_weights(rows, d["r_mask"])
         # Zeros, not None: AdamW skips a parameter whose grad is None, but a zero gradient still moves
         # it through momentum, which is what the same update without skipped rows would do.
         lrn.optimizer.zero_grad(set_to_none=False)
@@ -163,6 +203,8 @@ class PolicyGradient(Objective):
             if param.grad is None and param.requires_grad:
                 param.grad = torch.zeros_like(param)
         part = {k: 0.0 for k in sums}
+        if lrn.algo.entropy_coef > 0:  # every rank reduces the same keys
+            part["entropy"] = 0.0
         finite = True
         compute = rows[needed[rows]]
         riders = self.riders()
@@ -178,8 +220,12 @@ class PolicyGradient(Objective):
             logits, tail = out if after else (out, None)
             logp = token_logprobs(logits, d["r_ids"][mb].to(dev), **lrn.sampling)
             pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
-                                   None if d["prox"] is None else d["prox"][mb].to(dev))
+                                   None if d["prox"] is None else d["prox"][mb].to(dev), m)
             loss = pg
+            if lrn.algo.entropy_coef > 0:  # a bonus on the sampling distribution's entropy
+                ent = token_entropy(logits, **lrn.sampling)
+                loss = loss - lrn.algo.entropy_coef * ent
+                part["entropy"] += (ent.detach() * m).sum().item() if real else 0.0
             terms = []
             for rider in riders:
                 term, rider_sums = rider.term(tail, d, mb)
@@ -191,10 +237,10 @@ class PolicyGradient(Objective):
                 with torch.no_grad():
                     ref_lp = lrn._token_logprobs(lrn.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
                                                  d["r_ids"][mb], p_width, groups=d["groups"][mb], **lrn.sampling)
-                kl = kl_k3(logp, ref_lp)
+                kl = kl_estimator(logp, ref_lp)
                 loss = loss + lrn.algo.kl_coef * kl
                 part["kl"] += (kl.detach() * m).sum().item() if real else 0.0
-            total = (loss * m).sum() / tokens  # each micro-batch divides by the update's token count
+            total = (loss * m * row_w[mb].to(dev)[:, None]).sum()  # the update's aggregation (loss_agg)
             for term in terms:
                 total = total + term
             if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
@@ -219,7 +265,7 @@ class PolicyGradient(Objective):
             lrn.optimizer.zero_grad(set_to_none=True)
             lrn.skipped_steps += 1
             log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
-                        part["loss"] / tokens, float(grad_norm), lrn.skipped_steps)
+                        part["loss"] / max(float(d["r_mask"][rows].sum()), 1.0), float(grad_norm), lrn.skipped_steps)
         part = lrn.ranks.sum(part)
         # rows that were not computed had is_weight 1 in effect
         part["is_weight"] += float(d["r_mask"][rows[~needed[rows]]].sum())

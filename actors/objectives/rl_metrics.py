@@ -44,4 +44,6 @@ def rl_metrics(learner, table, rewards, groups, outcome, sums, old_lp, r_mask, n
     }
     if learner.reference is not None:
         out["train/kl"] = sums["kl"] / per_token
+    if "entropy" in sums:  # with an entropy bonus: the sampling distribution's mean token entropy
+        out["train/entropy"] = sums["entropy"] / per_token
     return out

@@ -1,6 +1,6 @@
 """The critic's objective: a value head (one linear layer) on the hosting learner's model, which has
 the policy's architecture, predicting a value per response token; trained with the clipped value
-loss against given returns (actors/algorithms/value.py). PPO (issue 20) will host it in a critic."""
+loss against given returns (actors/algorithms/value.py). Recipe ppo hosts it in its critic role."""
 
 from __future__ import annotations
 
@@ -84,6 +84,16 @@ class Value(Objective):
                 "value": (v.detach() * m).sum().item()}
         return (loss * m).sum(), sums
 
+    @torch.no_grad()
+    def annotate(self, table: pa.Table) -> pa.Table:
+        """The table with `old_values`: the value of the state before every response token."""
+        lrn = self.learner
+        ids, mask, positions, _, r_mask, p_width = lrn._sequences(table)
+        out = torch.cat([self.values(ids[mb], mask[mb], positions[mb], p_width).cpu()
+                         for mb in torch.arange(table.num_rows).split(lrn.algo.micro_batch_size)])
+        lengths = r_mask.sum(1).numpy()
+        return B.replace_column(table, "old_values", B.list_column(out[r_mask].numpy(), lengths, pa.float32()))
+
     def step(self, table: pa.Table) -> dict[str, float]:
         """One optimizer step: the token-mean value loss over every response token, in micro-batches."""
         lrn = self.learner
@@ -91,13 +101,20 @@ class Value(Objective):
         tokens = max(int(data["r_mask"].sum()), 1)
         lrn.optimizer.zero_grad(set_to_none=True)
         sums = {"loss": 0.0, "clip_frac": 0.0, "value": 0.0}
-        for mb in torch.arange(table.num_rows).split(lrn.algo.micro_batch_size):
+        rows = torch.arange(table.num_rows)
+        # this rank's rows, by whole groups; times the world size, as the ranks' gradients are averaged
+        keyed = "group_id" in table.schema.names or "prompt_id" in table.schema.names
+        groups = torch.from_numpy(B.group_index(table)) if keyed else rows  # no groups: rows are split alone
+        own = lrn.ranks.shard(rows, groups, data["r_mask"].sum(1) + data["p_width"])
+        for mb, real in lrn.ranks.micro_batches(own, lrn.algo.micro_batch_size, rows):
             loss, part = self.loss(data, mb)
             total = loss / tokens
-            if not torch.isfinite(total):
+            if real and not torch.isfinite(total):
                 raise FloatingPointError(f"value loss is {float(total)}; lower the learning rate")
-            total.backward()
-            sums = {k: sums[k] + part[k] for k in sums}
+            (total * lrn.ranks.world_size * real).backward()
+            if real:
+                sums = {k: sums[k] + part[k] for k in sums}
+        sums = lrn.ranks.sum(sums)
         grad_norm = lrn.clip_grads(lrn.algo.grad_clip)
         lrn.optimizer.step()
         lrn.version += 1

@@ -1,0 +1,63 @@
+"""PPO with a critic (Schulman et al. 2017; as in verl and OpenRLHF): a `critic` learner -- a value
+head on the policy's architecture, started from the policy's weights, with its own optimizer and
+value clipping -- values every response token of a batch at one version; the policy learner turns
+the outcome reward and those values into per-token GAE advantages (algorithm.advantage: gae) and
+the critic then trains on the returns. Generation and verification are GRPO's."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from orchestrator.config import Section
+from orchestrator.recipes import Sources
+from orchestrator.roles import RoleSpec
+from pipelines.grpo import GRPO, publish
+
+
+class PPOConfig(Section):
+    """PPO's critic and GAE (docs/recipes.md)."""
+    gamma: float = Field(1.0, ge=0, le=1)  # discount per token
+    lam: float = Field(0.95, ge=0, le=1)  # GAE's lambda
+    critic_lr: Optional[float] = Field(None, gt=0)  # None: algorithm.lr
+    value_clip: float = Field(0.2, gt=0)  # a new value stays within this of the value at sampling
+    whiten_advantages: bool = True  # normalise the advantages over the batch's tokens
+
+    def cross_check(self, config) -> None:
+        if config.algorithm.advantage != "gae":
+            raise ValueError(f"recipe ppo trains with algorithm.advantage=gae (its critic's values), "
+                             f"not {config.algorithm.advantage!r}")
+
+
+class PPO(GRPO):
+    settings = {"ppo": PPOConfig}
+    name = "ppo"
+
+    @classmethod
+    def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
+        roles = super().roles(config, sources)
+        ppo = getattr(config, "ppo", None) or PPOConfig()
+        start = sources.learners.get("critic", sources.policy)
+        roles["critic"] = RoleSpec("actors.learner:Learner", (start,), kind="learner", num_cpus=0,
+                                   kwargs={"objectives": [{"name": "value", "clip_eps": ppo.value_clip}],
+                                           "lr": ppo.critic_lr, "reference": False})
+        return roles
+
+    async def score_batch(self, ctx, tables: list) -> list:
+        """The critic values the whole batch at one version (it trains only between batches)."""
+        tables = await super().score_batch(ctx, tables)
+        valued = [await ctx.pools["critic"].call("values_of", t) for t in tables]
+        return [t for t, _ in valued]
+
+    async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
+        import time
+
+        returns, metrics = await ctx.pools["policy_learner"].call("train_step_returns", *tables, dump_path=dump_path)
+        critic = await ctx.pools["critic"].call("train_values", returns, table=False)
+        ctx.versions["critic"] = critic.pop("version")
+        critic["critic/grad_norm"] = critic.pop("train/grad_norm")
+        mark = time.perf_counter()
+        await publish(ctx, "policy", metrics["version"])
+        return {**metrics, **critic, "critic/version": ctx.versions["critic"],
+                "time/publish_s": time.perf_counter() - mark}
