@@ -19,6 +19,13 @@ class Samples:
     next_logprobs: np.ndarray | None = None  # per sample: log pi(z | prompt, response), if asked for
 
 
+def decode_responses(tokenizer, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
+    """Texts of flat response tokens (the Samples layout), special tokens dropped."""
+    ends = np.cumsum(lengths)
+    pieces = np.split(response_ids, ends[:-1]) if len(lengths) else []
+    return tokenizer.batch_decode(pieces, skip_special_tokens=True)
+
+
 class Backend(Protocol):
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
                  top_p: float, top_k: int, greedy: bool) -> Samples: ...

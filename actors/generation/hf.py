@@ -7,7 +7,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
 from actors.generation import BACKENDS
-from actors.generation.base import Samples
+from actors.generation.base import Samples, decode_responses
 from actors.sampling import SamplingWarper, processed_logits, unsupported_settings
 from actors.weight_transport import node_ip
 from actors.weights import load_state
@@ -101,9 +101,7 @@ class HFBackend:
         return _samples(prompt_ids, tokens, logprobs, torch.tensor(self.eos_ids, device=tokens.device))
 
     def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
-        ends = np.cumsum(lengths)
-        pieces = np.split(response_ids, ends[:-1]) if len(lengths) else []
-        return self.tokenizer.batch_decode(pieces, skip_special_tokens=True)
+        return decode_responses(self.tokenizer, response_ids, lengths)
 
     def load_weights(self, payload: dict, version: int) -> None:
         load_state(self.model, payload, version, where="generator's model")

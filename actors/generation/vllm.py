@@ -1,0 +1,102 @@
+"""vLLM backend (`rollout.backend: vllm`): vLLM samples, coevo's batch contract comes out.
+
+All vLLM specifics live in `actors.generation.vllm_adapter`; vLLM is imported only when a backend
+is built, so the main install (no vLLM) still lists and validates the backend name.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from actors.generation import BACKENDS
+from actors.generation.base import Samples, decode_responses
+from actors.sampling import unsupported_settings
+from actors.weights import WeightMismatchError, check_state
+
+
+@BACKENDS.register("vllm")
+class VLLMBackend:
+    def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", seed: int = 0):
+        from actors.generation.vllm_adapter import Engine
+
+        unsupported = unsupported_settings(model.generation_config)
+        if unsupported:
+            raise ValueError(f"the model's generation_config sets {unsupported}, which the learner cannot "
+                             "reproduce in its log-probs; remove them from generation_config.json")
+        self.tokenizer = tokenizer
+        self.device = device
+        eos = model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        self.eos_ids = sorted(set(eos) | {tokenizer.eos_token_id})
+        self.engine = Engine(model, tokenizer, device=device, seed=seed)
+        # Only names, shapes and dtypes are kept to check updates against (the weights live in vLLM).
+        self.reference = model.to("meta")
+
+    @property
+    def model(self):  # the yes/no judge reads logits from an HF model, which vLLM does not expose
+        raise NotImplementedError("rollout.backend=vllm has no HF model for judge.mode=yes_prob; "
+                                  "use judge.mode=generate or rollout.backend=hf")
+
+    def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False, next_token: int | None = None) -> Samples:
+        if next_token is not None:
+            raise NotImplementedError("rollout.backend=vllm does not compute LaSeR's next-token log-prob; "
+                                      "use rollout.backend=hf for laser rewards")
+        enc = self.tokenizer(prompts, add_special_tokens=False)
+        prompt_ids = [np.asarray(ids, dtype=np.int32) for ids in enc["input_ids"]]
+        # The seed comes from torch's generator, which the Generator seeds per request (`seq`): a
+        # retried request draws the same samples.
+        seed = None if greedy else int(torch.randint(0, 2**31 - 1, ()).item())
+        groups = self.engine.generate([p.tolist() for p in prompt_ids], n=n, max_tokens=max_new_tokens,
+                                      temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy,
+                                      stop_token_ids=self.eos_ids, seed=seed)
+        flat = [c for group in groups for c in group]
+        tokens = [c.token_ids for c in flat]
+        return Samples(
+            prompt_ids=prompt_ids,
+            response_ids=np.asarray([t for ts in tokens for t in ts], dtype=np.int32),
+            response_lengths=np.asarray([len(ts) for ts in tokens], dtype=np.int64),
+            logprobs=np.asarray([lp for c in flat for lp in c.logprobs], dtype=np.float32),
+            finish_reason=["stop" if c.finish_reason == "stop" else "length" for c in flat],
+        )
+
+    def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
+        return decode_responses(self.tokenizer, response_ids, lengths)
+
+    def load_weights(self, payload: dict, version: int) -> None:
+        """A published `{"version", "state"}` payload (numpy from the object store, or tensors from a
+        collective transport): checked whole against the model's names/shapes/dtypes, then loaded."""
+        if payload.get("version") != version:
+            raise WeightMismatchError(f"weight update for the vLLM generator says version {payload.get('version')} "
+                                      f"but was sent as version {version}")
+        state = payload["state"]
+        check_state(self.reference, state, where="vLLM generator's model")
+        with warnings.catch_warnings():  # object-store arrays are read-only; vLLM copies them
+            warnings.simplefilter("ignore", UserWarning)
+            tensors = {k: torch.as_tensor(v) for k, v in state.items()}
+        self.engine.load_weights(tensors)
+
+    def receive_weights(self, endpoint, link, rank: int, version: int, join: bool = True) -> None:
+        """The collective transport (actors.weight_transport): it checks the staged version against
+        `_EngineSink.state_dict()` and installs it through `load_state_dict`, i.e. the same in-place
+        `Engine.load_weights` as the object store."""
+        from actors.weight_transport import node_ip
+
+        endpoint.receive(link, rank, _EngineSink(self), version, where="vLLM generator's model",
+                         device=self.device, bind=node_ip(), join=join)
+
+
+class _EngineSink:
+    """What the collective receiver needs of a model: names/shapes/dtypes, and a strict full load."""
+
+    def __init__(self, backend: VLLMBackend):
+        self.backend = backend
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.backend.reference.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
+        self.backend.engine.load_weights(state)
