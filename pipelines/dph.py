@@ -15,8 +15,6 @@ import pyarrow as pa
 from pydantic import Field
 
 from orchestrator.config import Section
-from orchestrator.recipes import Sources
-from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO
 
 
@@ -41,14 +39,9 @@ class DPH(GRPO):
     name = "dph"
 
     @classmethod
-    def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
-        from actors.learner import default_objectives
-
-        roles = super().roles(config, sources)
+    def extra_objectives(cls, config) -> list[dict]:
         dph = getattr(config, "dph", None) or DPHConfig()
-        rehearsal = {"name": "rehearsal", "divergence": dph.divergence, "coef": dph.coef, "batch": dph.batch}
-        roles["policy_learner"].kwargs = {"objectives": default_objectives(config) + [rehearsal]}
-        return roles
+        return [{"name": "rehearsal", "divergence": dph.divergence, "coef": dph.coef, "batch": dph.batch}]
 
     async def prepare(self, ctx) -> None:
         """The rehearsal set, drawn once from the initial policy (a resumed run has it already)."""

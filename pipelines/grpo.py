@@ -18,8 +18,17 @@ class GRPO(Recipe):
     name = "grpo"
 
     @classmethod
+    def extra_objectives(cls, config) -> list[dict]:
+        """Objectives the policy learner hosts beside the default ones (riders on the RL step)."""
+        return []
+
+    @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
         roles = policy_roles(sources)
+        extra = cls.extra_objectives(config)
+        if extra:
+            from actors.learner import default_objectives
+            roles["policy_learner"].kwargs = {"objectives": default_objectives(config) + extra}
         if config.model_rewards():
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), kind="scorer",
                                               num_cpus=0)

@@ -8,8 +8,6 @@ from __future__ import annotations
 from pydantic import Field
 
 from orchestrator.config import Section
-from orchestrator.recipes import Sources
-from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO
 
 
@@ -30,11 +28,6 @@ class Spark(GRPO):
     name = "spark"
 
     @classmethod
-    def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
-        from actors.learner import default_objectives
-
-        roles = super().roles(config, sources)
+    def extra_objectives(cls, config) -> list[dict]:
         spark = getattr(config, "spark", None) or SparkConfig()
-        judge = {"name": "self_judge", "coef": spark.coef, "per_update": spark.per_update, "threshold": spark.threshold}
-        roles["policy_learner"].kwargs = {"objectives": default_objectives(config) + [judge]}
-        return roles
+        return [{"name": "self_judge", "coef": spark.coef, "per_update": spark.per_update, "threshold": spark.threshold}]
