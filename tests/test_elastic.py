@@ -1,0 +1,215 @@
+"""Elastic role pools (orchestrator.elastic): config checks, scale-up under the Ray autoscaler and
+drain to min, and a preempted node, each on a fake multi-node cluster on loopback.
+
+The autoscaling test builds what ray.cluster_utils.AutoscalingCluster builds (a head whose monitor
+runs the fake multi-node provider), in this process with ray.cluster_utils.Cluster: the installed
+Ray lacks the example.yaml AutoscalingCluster reads, and its start() runs `ray stop --force`, which
+would end every other Ray cluster on the machine. Everything it starts is stopped by PID."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import ConfigError, validate_config
+
+BOUND_S = 150  # a stuck scale-up is a failure, not a stuck test run
+TESTS = Path(__file__).resolve().parent
+
+
+# ---- config ----------------------------------------------------------------------------------------
+def test_replicas_accepts_min_max_and_starts_at_min() -> None:
+    from orchestrator.roles import RoleSpec, resolve
+
+    cfg = validate_config({"roles": {"generator": {"replicas": {"min": 1, "max": 3}, "idle_timeout_s": 5}}})
+    spec = resolve(RoleSpec("pool_actors:Worker", kind="generator"), cfg.roles["generator"], cfg)
+    assert (spec.replicas, spec.min_replicas, spec.max_replicas, spec.elastic) == (1, 1, 3, True)
+    assert spec.idle_timeout_s == 5
+    fixed = resolve(RoleSpec("pool_actors:Worker", kind="generator"), validate_config(
+        {"roles": {"generator": {"replicas": 2}}}).roles["generator"], cfg)
+    assert (fixed.replicas, fixed.max_replicas, fixed.elastic) == (2, 2, False)
+
+
+def test_a_learner_cannot_be_elastic() -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_config({"roles": {"policy_learner": {"replicas": {"min": 1, "max": 2}}}})
+    assert "roles.policy_learner.replicas={min: 1, max: 2}: policy_learner is a learner" in str(err.value)
+    assert "cannot grow or shrink mid-run" in str(err.value)
+
+
+def test_max_below_min_names_both() -> None:
+    with pytest.raises(ConfigError, match="replicas: max 2 is below min 3"):
+        validate_config({"roles": {"generator": {"replicas": {"min": 3, "max": 2}}}})
+
+
+# ---- on a fake multi-node cluster ---------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_env(monkeypatch, tmp_path):
+    """Workers import tests/pool_actors.py; nodes bind to loopback; the fake provider may run."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(TESTS.parent), *sys.path]))
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from ray._private import ray_constants
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+    monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")
+    monkeypatch.setenv("AUTOSCALER_UPDATE_INTERVAL_S", "1")
+    return tmp_path
+
+
+def autoscaling_config(path: Path, port: int, head_cpus: int, worker_cpus: int, max_workers: int) -> str:
+    """The fake multi-node provider's cluster config (Ray's fake_multi_node/example.yaml, trimmed)."""
+    config = {"cluster_name": "coevo-elastic-test", "max_workers": max_workers,
+              "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                           "disable_launch_config_check": True, "gcs_address": f"127.0.0.1:{port}"},
+              "available_node_types": {
+                  "ray.head.default": {"resources": {"CPU": head_cpus}, "node_config": {}, "max_workers": 0},
+                  "ray.worker.cpu": {"resources": {"CPU": worker_cpus, "object_store_memory": 100 * 2**20},
+                                     "node_config": {}, "min_workers": 0, "max_workers": max_workers}},
+              "head_node_type": "ray.head.default", "auth": {}, "upscaling_speed": 1.0,
+              "idle_timeout_minutes": 0.05, "docker": {}, "initialization_commands": [], "setup_commands": [],
+              "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
+              "worker_start_ray_commands": [], "file_mounts": {}, "cluster_synced_files": [],
+              "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": []}
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def stop(cluster, extra_pids: list[int]) -> None:
+    """Shut the cluster down, then any process the monitor started (the fake worker nodes), by PID."""
+    import psutil
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()
+    for pid in extra_pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def descendants(pid: int) -> list[int]:
+    import psutil
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def elastic_pool(replicas: dict, idle_timeout_s: float = 60.0, num_cpus: float = 1):
+    from orchestrator.roles import Pool, RoleSpec
+    spec = RoleSpec("pool_actors:Worker", kind="generator", replicas=replicas, num_cpus=num_cpus,
+                    idle_timeout_s=idle_timeout_s, max_restarts=-1)
+    return Pool("generator", spec, None)
+
+
+async def until(predicate, what: str, bound_s: float = BOUND_S) -> None:
+    deadline = time.monotonic() + bound_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {bound_s}s: {what}")
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(ray_env) -> None:
+    """The head has room for 1 of 3 replicas: the two the pool adds are pending demand until the
+    autoscaler starts a node for each; they serve only the newest weights; idle, they are released."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    port = free_port()
+    config = autoscaling_config(ray_env / "autoscaler.json", port, head_cpus=1, worker_cpus=1, max_workers=2)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "port": port, "node_ip_address": "127.0.0.1", "autoscaling_config": config,
+        "include_dashboard": False})
+    monitor = cluster.head_node.all_processes["monitor"][0].process.pid
+    started: list[int] = []
+    try:
+        ray.init(address=cluster.address)
+
+        async def main():
+            pool = elastic_pool({"min": 1, "max": 3}, idle_timeout_s=3)
+            await pool.ready()
+            await pool.set_weights(1, ray.put({"version": 1}))
+            pool.elastic.observe(busy_frac=1.0, wait_frac=0.5)  # the bottleneck: one more ...
+            pool.elastic.observe(busy_frac=0.95, wait_frac=0.2)  # ... and one more
+            pool.elastic.observe(busy_frac=1.0, wait_frac=0.5)  # at max: no more
+            assert pool.elastic.target == 3 and len(pool.replicas) == 3 and pool.live() == 1
+            await pool.set_weights(2, ray.put({"version": 2}))  # published while the newcomers wait for nodes
+            await until(lambda: pool.live() == 3, "the autoscaler added nodes for the 2 pending replicas")
+            started.extend(descendants(monitor))
+            nodes = [n for n in ray.nodes() if n["Alive"]]
+            results = await asyncio.gather(*[pool.call("held", i, 0.3, table=False, versioned=True)
+                                             for i in range(12)])
+            served_by = {pid for _, pid, _ in results}
+            grown = (len(nodes), pool.live(), served_by, {v for _, _, v in results}, sorted(x for x, _, _ in results))
+            await until(lambda: len(pool.replicas) == 1, "idle replicas released down to min")
+            lines = pool.elastic.take_events()
+            drained = (pool.live(), pool.elastic.scale_ups, pool.elastic.scale_downs, pool.elastic.metrics())
+            pool.shutdown()
+            return grown, drained, lines
+
+        grown, drained, lines = asyncio.run(asyncio.wait_for(main(), 2 * BOUND_S))
+    finally:
+        stop(cluster, started + descendants(monitor))
+    nodes, live, served_by, versions, xs = grown
+    assert nodes == 3 and live == 3  # head + 2 nodes the autoscaler started
+    assert len(served_by) == 3  # every replica got work, the newcomers too ...
+    assert versions == {2}  # ... only with the version published while they were pending
+    assert xs == list(range(12))
+    assert drained[:3] == (1, 2, 2)
+    assert drained[3] == {"role/generator/replicas": 1, "role/generator/target_replicas": 1,
+                          "role/generator/scale_ups": 2, "role/generator/scale_downs": 2}
+    assert sum(line.startswith("role generator: scale up to") for line in lines) == 2
+    assert sum("scale down to" in line and "idle_timeout_s=3" in line for line in lines) == 2
+
+
+@pytest.mark.slow
+def test_a_preempted_node_loses_no_work_and_the_pool_refills(ray_env) -> None:
+    """Two replicas on two worker nodes; one node is removed mid-run: its work is retried on the
+    other replica, every input answered once, the death counted; a new node brings the pool back."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1",
+                                                            "include_dashboard": False})
+    nodes = [cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1") for _ in range(2)]
+    try:
+        ray.init(address=cluster.address)
+
+        async def main():
+            pool = elastic_pool({"min": 2, "max": 3})
+            await pool.ready()
+            await pool.set_weights(1, ray.put({"version": 1}))
+            work = [asyncio.ensure_future(pool.call("held", i, 0.25, table=False, versioned=True)) for i in range(16)]
+            await until(lambda: sum(w.done() for w in work) >= 3, "some work done before the preemption")
+            cluster.remove_node(nodes[0], allow_graceful=False)  # the node is gone, its replica with it
+            results = await asyncio.gather(*work)
+            lost = (pool.failures(), pool.retries, pool.live())
+            cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")  # capacity returns
+            await until(lambda: pool.live() == 2, "the pool refilled to 2 replicas")
+            again = await asyncio.gather(*[pool.call("held", i, 0.0, table=False, versioned=True) for i in range(4)])
+            pool.shutdown()
+            return results, lost, again
+
+        results, lost, again = asyncio.run(asyncio.wait_for(main(), 2 * BOUND_S))
+    finally:
+        stop(cluster, [])
+    assert sorted(x for x, _, _ in results) == list(range(16))  # nothing lost, nothing twice
+    assert {v for _, _, v in results} == {1}
+    failures, retries, live = lost
+    assert failures >= 1 and retries >= 1 and live == 1
+    assert sorted(x for x, _, _ in again) == list(range(4)) and {v for _, _, v in again} == {1}
