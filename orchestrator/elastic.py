@@ -54,10 +54,13 @@ class Elastic:
             log.info("role %s: replica %d requested (pending until a node has room)", self.pool.name, rep.index)
 
     def reap(self, now: float | None = None) -> None:
-        """Release replicas idle for idle_timeout_s, longest idle first, down to min."""
+        """Release replicas idle for idle_timeout_s, longest idle first, down to min; none while
+        another replica is still joining (releasing a working one then would only thrash)."""
         pool, spec = self.pool, self.pool.spec
         now = time.monotonic() if now is None else now
         self._drop_dead()
+        if any(not r.alive for r in pool.replicas):
+            return  # replicas are joining or restarting: capacity is on its way, keep what works
         idle = sorted((r for r in pool.replicas if r.alive and not r.inflight and now - r.idle_since >= spec.idle_timeout_s),
                       key=lambda r: r.idle_since)
         for rep in idle:

@@ -349,7 +349,7 @@ class Pool:
                 rep.version = version
             else:
                 rep.version = 0
-            rep.alive = True
+            rep.alive, rep.idle_since = True, time.monotonic()
             if joined:
                 log.info("role %s: replica %d joined (version %d)", self.name, rep.index, rep.version)
             else:

@@ -115,12 +115,18 @@ def elastic_pool(replicas: dict, idle_timeout_s: float = 60.0, num_cpus: float =
     return Pool("generator", spec, None)
 
 
-async def until(predicate, what: str, bound_s: float = BOUND_S) -> None:
+async def until(predicate, what: str, pool=None, bound_s: float = BOUND_S) -> None:
     deadline = time.monotonic() + bound_s
     while not predicate():
         if time.monotonic() > deadline:
-            pytest.fail(f"not within {bound_s}s: {what}")
+            state = [(r.index, r.alive, r.dead, r.version) for r in pool.replicas] if pool else ""
+            pytest.fail(f"not within {bound_s}s: {what} {state}")
         await asyncio.sleep(0.2)
+
+
+async def keep_busy(pool) -> None:
+    while True:
+        await pool.call("held", -1, 0.3, table=False, versioned=True)
 
 
 @pytest.mark.slow
@@ -128,13 +134,16 @@ def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(ray_env) -> None
     """The head has room for 1 of 3 replicas: the two the pool adds are pending demand until the
     autoscaler starts a node for each; they serve only the newest weights; idle, they are released."""
     import ray
+    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
     from ray.cluster_utils import Cluster
 
     port = free_port()
     config = autoscaling_config(ray_env / "autoscaler.json", port, head_cpus=1, worker_cpus=1, max_workers=2)
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "port": port, "node_ip_address": "127.0.0.1", "autoscaling_config": config,
-        "include_dashboard": False})
+        "num_cpus": 1, "gcs_server_port": port, "node_ip_address": "127.0.0.1", "autoscaling_config": config,
+        "include_dashboard": False,
+        # the fake provider knows the head by this id (as `ray start --head` gives it under RAY_FAKE_CLUSTER)
+        "env_vars": {"RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID}})
     monitor = cluster.head_node.all_processes["monitor"][0].process.pid
     started: list[int] = []
     try:
@@ -149,14 +158,16 @@ def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(ray_env) -> None
             pool.elastic.observe(busy_frac=1.0, wait_frac=0.5)  # at max: no more
             assert pool.elastic.target == 3 and len(pool.replicas) == 3 and pool.live() == 1
             await pool.set_weights(2, ray.put({"version": 2}))  # published while the newcomers wait for nodes
-            await until(lambda: pool.live() == 3, "the autoscaler added nodes for the 2 pending replicas")
+            busy = asyncio.ensure_future(keep_busy(pool))  # the run goes on while nodes start
+            await until(lambda: pool.live() == 3, "the autoscaler added nodes for the 2 pending replicas", pool)
             started.extend(descendants(monitor))
             nodes = [n for n in ray.nodes() if n["Alive"]]
             results = await asyncio.gather(*[pool.call("held", i, 0.3, table=False, versioned=True)
                                              for i in range(12)])
+            busy.cancel()
             served_by = {pid for _, pid, _ in results}
             grown = (len(nodes), pool.live(), served_by, {v for _, _, v in results}, sorted(x for x, _, _ in results))
-            await until(lambda: len(pool.replicas) == 1, "idle replicas released down to min")
+            await until(lambda: len(pool.replicas) == 1, "idle replicas released down to min", pool)
             lines = pool.elastic.take_events()
             drained = (pool.live(), pool.elastic.scale_ups, pool.elastic.scale_downs, pool.elastic.metrics())
             pool.shutdown()
@@ -200,7 +211,7 @@ def test_a_preempted_node_loses_no_work_and_the_pool_refills(ray_env) -> None:
             results = await asyncio.gather(*work)
             lost = (pool.failures(), pool.retries, pool.live())
             cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")  # capacity returns
-            await until(lambda: pool.live() == 2, "the pool refilled to 2 replicas")
+            await until(lambda: pool.live() == 2, "the pool refilled to 2 replicas", pool)
             again = await asyncio.gather(*[pool.call("held", i, 0.0, table=False, versioned=True) for i in range(4)])
             pool.shutdown()
             return results, lost, again
