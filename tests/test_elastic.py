@@ -57,7 +57,7 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def ray_env(monkeypatch, tmp_path):
+def fake_nodes(monkeypatch, tmp_path):
     """Workers import tests/pool_actors.py; nodes bind to loopback; the fake provider may run."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(TESTS.parent), *sys.path]))
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -130,7 +130,7 @@ async def keep_busy(pool) -> None:
 
 
 @pytest.mark.slow
-def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(ray_env) -> None:
+def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(fake_nodes) -> None:
     """The head has room for 1 of 3 replicas: the two the pool adds are pending demand until the
     autoscaler starts a node for each; they serve only the newest weights; idle, they are released."""
     import ray
@@ -138,7 +138,7 @@ def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(ray_env) -> None
     from ray.cluster_utils import Cluster
 
     port = free_port()
-    config = autoscaling_config(ray_env / "autoscaler.json", port, head_cpus=1, worker_cpus=1, max_workers=2)
+    config = autoscaling_config(fake_nodes / "autoscaler.json", port, head_cpus=1, worker_cpus=1, max_workers=2)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "gcs_server_port": port, "node_ip_address": "127.0.0.1", "autoscaling_config": config,
         "include_dashboard": False,
@@ -189,7 +189,7 @@ def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(ray_env) -> None
 
 
 @pytest.mark.slow
-def test_a_preempted_node_loses_no_work_and_the_pool_refills(ray_env) -> None:
+def test_a_preempted_node_loses_no_work_and_the_pool_refills(fake_nodes) -> None:
     """Two replicas on two worker nodes; one node is removed mid-run: its work is retried on the
     other replica, every input answered once, the death counted; a new node brings the pool back."""
     import ray
@@ -224,3 +224,23 @@ def test_a_preempted_node_loses_no_work_and_the_pool_refills(ray_env) -> None:
     failures, retries, live = lost
     assert failures >= 1 and retries >= 1 and live == 1
     assert sorted(x for x, _, _ in again) == list(range(4)) and {v for _, _, v in again} == {1}
+
+
+@pytest.mark.slow
+def test_a_run_grows_its_generator_pool_and_loses_no_sample(ray_env, warm_cache, tmp_path) -> None:
+    """The loop's measurements drive the pool: thresholds low enough that step 1 is a bottleneck;
+    the replica it adds joins mid-run (the embedded cluster has a CPU for it). Steps are ~0.25 s
+    and a generator took ~20 s to start on a loaded 2-core machine: 150 steps leave room."""
+    from coevo_cli import coevo, read_metrics, small
+
+    run_dir = tmp_path / "run"
+    out = coevo(small(warm_cache, "train.max_steps=150", "train.eval_every=150", "ray.num_cpus=3",
+                      "roles.generator.replicas={min: 1, max: 2}", "roles.generator.scale_up_busy_frac=0.01",
+                      "roles.generator.scale_up_wait_frac=0", "--output-dir", str(run_dir)),
+                ray_env, tmp_path, timeout=400)
+    rows = read_metrics(run_dir)
+    assert "role generator: scale up to 2 replicas (1 live, min 1, max 2)" in out
+    assert rows[0]["role/generator/scale_ups"] == 1 and rows[-1]["role/generator/scale_ups"] == 1  # max is 2
+    assert rows[-1]["role/generator/replicas"] == 2  # the newcomer joined and is live
+    assert all(r["samples/lost"] == 0 for r in rows)
+    assert rows[-1]["samples/consumed"] == 150 * 32
