@@ -72,6 +72,8 @@ def bounds(field) -> str:
 
 
 def default(field) -> str:
+    if field.is_required():
+        return "(required)"
     if field.default_factory is not None:
         value = field.default_factory()
     else:

@@ -244,3 +244,15 @@ def test_a_run_grows_its_generator_pool_and_loses_no_sample(ray_env, warm_cache,
     assert rows[-1]["role/generator/replicas"] == 2  # the newcomer joined and is live
     assert all(r["samples/lost"] == 0 for r in rows)
     assert rows[-1]["samples/consumed"] == 150 * 32
+
+
+def test_an_elastic_role_the_local_cluster_cannot_hold_is_named(caplog) -> None:
+    from orchestrator.cluster import _elastic_room
+    from orchestrator.roles import RoleSpec
+
+    cfg = validate_config({"roles": {"generator": {"replicas": {"min": 1, "max": 4}}}})
+    roles = {"generator": RoleSpec("pool_actors:Worker", kind="generator", num_cpus=1)}
+    with caplog.at_level("WARNING", logger="coevo"):
+        _elastic_room(cfg, roles, want={"CPU": 2.0, "GPU": 0.0}, have={"CPU": 3.0})
+    assert ("roles.generator.replicas max 4: the local cluster has room for 1 more replica(s) beside the other "
+            "roles, so the pool grows to 2 at most") in caplog.text
