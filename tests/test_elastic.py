@@ -256,3 +256,38 @@ def test_an_elastic_role_the_local_cluster_cannot_hold_is_named(caplog) -> None:
         _elastic_room(cfg, roles, want={"CPU": 2.0, "GPU": 0.0}, have={"CPU": 3.0})
     assert ("roles.generator.replicas max 4: the local cluster has room for 1 more replica(s) beside the other "
             "roles, so the pool grows to 2 at most") in caplog.text
+
+
+@pytest.mark.slow
+def test_a_run_on_a_preempted_node_loses_no_sample(fake_nodes, ray_env, warm_cache, tmp_path) -> None:
+    """`coevo run` joins a 3-node cluster, its two generators on the two worker nodes (a custom
+    resource only they have); one worker node is removed mid-run and a new one added. The run
+    completes with no sample lost or trained on twice, and the death is counted."""
+    from ray.cluster_utils import Cluster
+
+    from coevo_cli import finish, read_metrics, small, start, steps_logged, wait_for
+    from test_faults import check_no_loss
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "node_ip_address": "127.0.0.1",
+                                                            "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=1, resources={"gen": 1}, node_ip_address="127.0.0.1") for _ in range(2)]
+    run_dir, steps = tmp_path / "run", 30
+    # the driver joins this cluster, which has no token auth
+    env = {k: v for k, v in ray_env.items() if not k.startswith("RAY_AUTH")}
+    env.update(RAY_ADDRESS=cluster.address, PYTHONPATH=os.environ["PYTHONPATH"])
+    try:
+        proc = start(small(warm_cache, f"train.max_steps={steps}", f"train.eval_every={steps}",
+                           "train.dump_rollouts=true", "roles.generator.replicas=2", "roles.generator.resources={gen: 1}",
+                           "--output-dir", str(run_dir)), env, tmp_path)
+        wait_for(lambda: steps_logged(run_dir) >= 3, 300, "three steps", proc)
+        cluster.remove_node(workers[0], allow_graceful=False)
+        removed_at = steps_logged(run_dir)
+        cluster.add_node(num_cpus=1, resources={"gen": 1}, node_ip_address="127.0.0.1")  # capacity returns
+        out = finish(proc, 300)
+        assert proc.returncode == 0, out[-4000:]
+    finally:
+        cluster.shutdown()
+    assert removed_at < steps  # the node went mid-run
+    check_no_loss(run_dir, steps)
+    rows = read_metrics(run_dir)
+    assert rows[-1]["role/generator/failures"] >= 1
