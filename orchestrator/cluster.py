@@ -71,6 +71,8 @@ def check_resources(config, roles: dict, local: bool) -> None:
     have = ray.cluster_resources()
     short = {k: (n, have.get(k, 0)) for k, n in want.items() if n > have.get(k, 0)}
     if not short:
+        if local:
+            _elastic_room(config, roles, want, have)
         return
     text = ", ".join(f"{n:g} {k} (the cluster has {h:g})" for k, (n, h) in short.items())
     msg = (f"the roles ask for {text}: see roles.<name>.replicas / num_cpus / num_gpus / resources "
@@ -84,3 +86,21 @@ def check_resources(config, roles: dict, local: bool) -> None:
 def shutdown() -> None:
     if ray.is_initialized():
         ray.shutdown()
+
+
+def _elastic_room(config, roles: dict, want: dict, have: dict) -> None:
+    """An elastic role on the embedded cluster can grow only into its free room: say so up front,
+    rather than leave replicas pending for ever without a word."""
+    from orchestrator.roles import resolve
+
+    for name, spec in roles.items():
+        spec = resolve(spec, config.roles.get(name))
+        if not spec.elastic:
+            continue
+        need = {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}
+        room = min((int((have.get(k, 0) - want.get(k, 0)) // n) for k, n in need.items() if n), default=spec.max_replicas)
+        if spec.min_replicas + room < spec.max_replicas:
+            logging.getLogger("coevo").warning(
+                "roles.%s.replicas max %d: the local cluster has room for %d more replica(s) beside the other "
+                "roles, so the pool grows to %d at most (ray.num_cpus / ray.num_gpus, or join a cluster that "
+                "the autoscaler grows)", name, spec.max_replicas, room, spec.min_replicas + room)

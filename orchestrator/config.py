@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -190,10 +190,31 @@ class VerifierConfig(Section):
     max_failed_steps: int = Field(3, ge=0)
 
 
+class ReplicaRange(Section):
+    """An elastic role: it starts at `min` replicas and grows to `max` while it is the bottleneck
+    (docs/elastic.md)."""
+    min: int = Field(1, ge=1)
+    max: int = Field(..., ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "ReplicaRange":
+        if self.max < self.min:
+            raise ValueError(f"replicas: max {self.max} is below min {self.min}")
+        return self
+
+
 class ReplicaRole(Section):
     """Resources of one named role: a pool of Ray actors."""
-    # independent replicas; a learner's are the ranks of one torch.distributed group (docs/learners.md)
-    replicas: int = Field(1, ge=1)
+    # independent replicas; a learner's are the ranks of one torch.distributed group (docs/learners.md).
+    # {min, max}: an elastic pool (not for learners) that the loop grows while the role is the
+    # bottleneck and shrinks when replicas sit idle (docs/elastic.md)
+    replicas: Annotated[int, Field(ge=1)] | ReplicaRange = 1
+    # elastic pools: a replica idle this long is released (down to min)
+    idle_timeout_s: float = Field(60.0, gt=0)
+    # elastic pools: grow while the role is busier than this fraction of a step ...
+    scale_up_busy_frac: float = Field(0.9, gt=0, le=1)
+    # ... and the learner waited on rollouts for at least this fraction of the step
+    scale_up_wait_frac: float = Field(0.1, ge=0, le=1)
     num_cpus: float = Field(1, ge=0)
     num_gpus: float = Field(0, ge=0)
     threads: int = Field(0, ge=0)  # torch threads per replica; 0: train.threads
@@ -443,6 +464,11 @@ class Config(Section):
         unknown = sorted(set(self.roles) - set(known))
         if unknown:
             raise ValueError(f"roles: recipe {self.recipe!r} has no role {unknown[0]!r}; its roles: {known}")
+        for name, role in self.roles.items():
+            if kinds[name] == "learner" and isinstance(role.replicas, ReplicaRange):
+                raise ValueError(f"roles.{name}.replicas={{min: {role.replicas.min}, max: {role.replicas.max}}}: "
+                                 f"{name} is a learner, whose replicas are the ranks of one torch.distributed "
+                                 "group; it cannot grow or shrink mid-run (give an int)")
         chunk = self.rollout.chunk_prompts
         if chunk is not None and self.rollout.prompts_per_step % chunk:
             raise ValueError(f"rollout.chunk_prompts={chunk} must divide rollout.prompts_per_step="

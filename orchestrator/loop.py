@@ -126,9 +126,14 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             busy_now = _busy(ctx)
             for role, busy in busy_now.items():
                 pool = ctx.pools[role]
-                row[f"role/{role}/busy_frac"] = min(1.0, (busy - busy_before.get(role, 0.0)) / (step_s * len(pool.replicas)))
+                row[f"role/{role}/busy_frac"] = min(1.0, (busy - busy_before.get(role, 0.0)) / (step_s * max(1, pool.live())))
                 row[f"role/{role}/failures"] = pool.failures()
                 row[f"role/{role}/retries"] = pool.retries
+                if getattr(pool, "elastic", None) is not None:  # grow while it is the bottleneck (docs/elastic.md)
+                    pool.elastic.observe(row[f"role/{role}/busy_frac"], row["time/wait_rollouts_s"] / step_s)
+                    row.update(pool.elastic.metrics())
+                    for line in pool.elastic.take_events():
+                        ctx.progress.print(line)
             busy_before = busy_now
             evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
             if evaluated:

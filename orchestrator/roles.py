@@ -49,7 +49,12 @@ class RoleSpec:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     kind: str = ""  # one of KINDS; required
-    replicas: int = 1
+    replicas: Any = 1  # an int, or {min, max} (a ReplicaRange or dict): an elastic pool starting at min
+    min_replicas: int = 0  # set from replicas
+    max_replicas: int = 0
+    idle_timeout_s: float = 60.0  # elastic pools (orchestrator.elastic)
+    scale_up_busy_frac: float = 0.9
+    scale_up_wait_frac: float = 0.1
     num_cpus: float = 1
     num_gpus: float = 0
     threads: int = 0
@@ -70,6 +75,20 @@ class RoleSpec:
         self.timeout_s = self.timeout_s or None
         if self.learner:
             self.max_restarts = 0  # a learner's state lives in it: resume from a checkpoint
+        if not isinstance(self.replicas, int):  # {min, max}
+            bounds = self.replicas if isinstance(self.replicas, dict) else self.replicas.__dict__
+            if self.learner:
+                raise ValueError(f"roles.<learner>.replicas={{min: {bounds['min']}, max: {bounds['max']}}} "
+                                 f"(actor {self.actor!r}): a learner's replicas are the ranks of one "
+                                 "torch.distributed group and cannot grow or shrink mid-run; give an int")
+            self.min_replicas, self.max_replicas = bounds["min"], bounds["max"]
+            self.replicas = self.min_replicas
+        elif not self.max_replicas:
+            self.min_replicas = self.max_replicas = self.replicas
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_replicas > self.min_replicas
 
     @property
     def learner(self) -> bool:
@@ -96,6 +115,7 @@ class Replica:
     busy_s: float = 0.0
     failures: int = 0
     reviving: asyncio.Task | None = field(default=None, repr=False)
+    idle_since: float = field(default_factory=time.monotonic)  # when its last call ended
 
 
 def resolve(spec: RoleSpec, override, config=None) -> RoleSpec:
@@ -105,6 +125,8 @@ def resolve(spec: RoleSpec, override, config=None) -> RoleSpec:
     run at once: on 2 cores, a generator and a learner with 2 threads each ran 5x slower than with
     one each, their spinning OpenMP threads starving each other)."""
     values = {k: getattr(override, k) for k in override.model_fields_set} if override is not None else {}
+    if "replicas" in values:  # min/max come from the user's replicas, not the recipe's
+        values["min_replicas"] = values["max_replicas"] = 0
     spec = RoleSpec(**{**spec.__dict__, **values})
     if not spec.threads and config is not None:
         overlapping = config.train.max_staleness > 0
@@ -118,11 +140,9 @@ class Pool:
         self.name, self.spec = name, spec
         cls = import_path(spec.actor, what=f"role {name!r} actor")
         self.class_name = cls.__name__
-        actor = ray.remote(cls)
-        options = dict(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, resources=spec.resources or None,
-                       max_restarts=spec.max_restarts, max_task_retries=0)
-        self.replicas = [Replica(actor.options(**options, **self._placement(i)).remote(
-            config, *spec.args, role=self._role(i), **spec.kwargs), i) for i in range(spec.replicas)]
+        self._actor, self._config = ray.remote(cls), config
+        self.replicas = [Replica(self._spawn(i), i) for i in range(spec.replicas)]
+        self.next_index = spec.replicas
         self.version = 0
         self.published = False  # once a version is published, a replica gets work only if it holds it
         # an object-store payload (of weights_version) for restarted replicas; a collective channel
@@ -139,6 +159,18 @@ class Pool:
         self._changed = asyncio.Condition()
         self.calls = self.retries = 0
         self.created = time.perf_counter()
+        # replicas released by an elastic pool: their busy time and deaths still count
+        self.released_busy_s, self.released_failures = 0.0, 0
+        from orchestrator.elastic import Elastic
+        self.elastic = Elastic(self) if spec.elastic else None
+
+    def _spawn(self, i: int):
+        """Start replica `i`'s actor; it waits in Ray (as demand the autoscaler sees) until a node has room."""
+        spec = self.spec
+        options = dict(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, resources=spec.resources or None,
+                       max_restarts=spec.max_restarts, max_task_retries=0)
+        return self._actor.options(**options, **self._placement(i)).remote(
+            self._config, *spec.args, role=self._role(i), **spec.kwargs)
 
     def _role(self, i: int) -> dict:
         """What replica `i` is told about its role (its threads, its GPUs ...)."""
@@ -161,6 +193,31 @@ class Pool:
     async def ready(self) -> None:
         """Wait until every replica has started (its constructor ran); a failing constructor raises."""
         await asyncio.gather(*[r.handle.ping.remote() for r in self.replicas])
+        if self.elastic is not None:
+            self.elastic.start()
+
+    def live(self) -> int:
+        """Replicas that take work now (not starting, restarting or catching up)."""
+        return sum(r.alive for r in self.replicas)
+
+    # ---- elastic pools (orchestrator.elastic decides when) -------------------------------------------
+    def add_replica(self) -> Replica:
+        """A new replica: pending until Ray places it, then sent the current weights before any work
+        (as a restarted one is), so it never serves an older version than admission allows."""
+        rep = Replica(self._spawn(self.next_index), self.next_index, alive=False)
+        self.next_index += 1
+        self.replicas.append(rep)
+        rep.reviving = asyncio.ensure_future(self._revive(rep, joined=True))
+        return rep
+
+    def release(self, rep: Replica) -> None:
+        """Take an idle replica out of the pool for good (no restart); its counts stay in the pool's."""
+        self.replicas.remove(rep)
+        self.released_busy_s += rep.busy_s
+        self.released_failures += max(rep.failures, (_restarts(rep.handle) or 0) + int(rep.dead))
+        if rep.reviving is not None:
+            rep.reviving.cancel()
+        ray.kill(rep.handle, no_restart=True)
 
     # ---- calls -------------------------------------------------------------------------------------
     async def _acquire(self) -> Replica:
@@ -177,6 +234,8 @@ class Pool:
 
     async def _release(self, rep: Replica) -> None:
         rep.inflight -= 1
+        if not rep.inflight:
+            rep.idle_since = time.monotonic()
         async with self._changed:
             self._changed.notify_all()
 
@@ -188,7 +247,7 @@ class Pool:
         attempts = timeouts = 0
         held = self.held is not None and method in self.held.methods
         while True:
-            rep = self.replicas[replica] if replica is not None else await self._acquire()
+            rep = self._replica(replica) if replica is not None else await self._acquire()
             if replica is not None:
                 if self.fatal is not None:
                     raise self.fatal
@@ -236,6 +295,12 @@ class Pool:
                 raise RoleError(f"role {self.name!r}: {method} failed {attempts} times; replicas keep dying",
                                 lost_learner=self.spec.learner)
 
+    def _replica(self, index: int) -> Replica:
+        for rep in self.replicas:
+            if rep.index == index:
+                return rep
+        raise RoleError(f"role {self.name!r}: no replica {index} (released by the elastic pool?)")
+
     async def _wait(self, ref):
         """The call's answer, or TimeoutError past the role's timeout_s."""
         async def get():
@@ -253,15 +318,15 @@ class Pool:
     def _lost(self, rep: Replica, error: BaseException) -> None:
         """A replica failed mid-call: take it out of rotation until Ray has restarted it and it
         holds the current weights again."""
-        if not rep.alive:
-            return  # another call that failed on the same death
+        if not rep.alive or rep not in self.replicas:
+            return  # another call that failed on the same death, or a replica the pool released
         rep.failures += 1
         rep.alive = False
         log.warning("role %s: replica %d (%s) failed (%s); retrying its work elsewhere", self.name, rep.index,
                     self.class_name, type(error).__name__)
         rep.reviving = asyncio.ensure_future(self._revive(rep))
 
-    async def _revive(self, rep: Replica) -> None:
+    async def _revive(self, rep: Replica, joined: bool = False) -> None:
         try:
             deadline = time.monotonic() + REVIVE_TIMEOUT_S
             while True:  # "unavailable" while Ray restarts it; "died" once its restarts are used up
@@ -284,8 +349,11 @@ class Pool:
                 rep.version = version
             else:
                 rep.version = 0
-            rep.alive = True
-            log.warning("role %s: replica %d is back (version %d)", self.name, rep.index, rep.version)
+            rep.alive, rep.idle_since = True, time.monotonic()
+            if joined:
+                log.info("role %s: replica %d joined (version %d)", self.name, rep.index, rep.version)
+            else:
+                log.warning("role %s: replica %d is back (version %d)", self.name, rep.index, rep.version)
         except ACTOR_ERRORS as e:
             rep.dead = True
             if all(r.dead for r in self.replicas):
@@ -370,7 +438,7 @@ class Pool:
         return learner_version - min(live)
 
     def busy_s(self) -> float:
-        return sum(r.busy_s for r in self.replicas)
+        return self.released_busy_s + sum(r.busy_s for r in self.replicas)
 
     def failures(self) -> int:
         """Deaths of this role's replicas. A replica killed between calls that Ray restarted before
@@ -380,9 +448,11 @@ class Pool:
             restarts = _restarts(rep.handle)
             if restarts is not None:
                 rep.failures = max(rep.failures, restarts + int(rep.dead))
-        return sum(r.failures for r in self.replicas)
+        return self.released_failures + sum(r.failures for r in self.replicas)
 
     def shutdown(self) -> None:
+        if self.elastic is not None:
+            self.elastic.stop()
         for rep in self.replicas:
             ray.kill(rep.handle, no_restart=True)
 

@@ -48,7 +48,8 @@ class Rollouts:
         self.ctx, self.recipe = ctx, recipe
         self.k = cfg.train.max_staleness
         self.batch_groups = cfg.rollout.prompts_per_step
-        self.chunk = cfg.rollout.chunk_prompts or max(1, self.batch_groups // len(ctx.pools["generator"].replicas))
+        # an elastic pool: pieces for its max, so that replicas it adds have work
+        self.chunk = cfg.rollout.chunk_prompts or max(1, self.batch_groups // ctx.pools["generator"].spec.max_replicas)
         while self.batch_groups % self.chunk:  # pieces never straddle train batches
             self.chunk -= 1
         self.n = cfg.rollout.samples_per_prompt

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def comments(model: type[BaseModel]) -> dict[str, str]:
 
 def type_name(ann) -> str:
     origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Annotated:  # a constrained member of a union, e.g. int >= 1 | section
+        return type_name(args[0])
     if origin is typing.Union:
         names = [type_name(a) for a in args if a is not type(None)]
         return " \\| ".join(names) + (" \\| null" if type(None) in args else "")
@@ -69,6 +72,8 @@ def bounds(field) -> str:
 
 
 def default(field) -> str:
+    if field.is_required():
+        return "(required)"
     if field.default_factory is not None:
         value = field.default_factory()
     else:
@@ -97,6 +102,8 @@ def section(model: type[BaseModel], path: str, lines: list[str], skip: set[str] 
             nested.append((f"{path}.{name}[]" if path else f"{name}[]", inner[0]))
         elif inner and typing.get_origin(ann) is dict:
             nested.append((f"{path}.{name}.<name>" if path else f"{name}.<name>", inner[0]))
+        elif inner and typing.get_origin(ann) in (typing.Union, types.UnionType):  # a value or a section
+            nested.append((f"{path}.{name}" if path else name, inner[0]))
         key = f"{path}.{name}" if path else name
         rows.append(f"| `{key}` | {type_name(ann)} | {default(field)} | {bounds(field)} | "
                     f"{notes.get(name, '').replace('|', '/')} |")

@@ -40,6 +40,11 @@ class Worker:
                 pass
         return x, os.getpid()
 
+    def held(self, x, seconds: float = 0.0, expect_version: int | None = None):
+        """`(x, pid, the weights version this replica holds)` after `seconds` of work."""
+        time.sleep(seconds)
+        return x, os.getpid(), self.version
+
 
 class Ranked:
     """A rank of a RankGroup (tests/test_rank_group_faults.py) over gloo: `reduce(x)` sums x over the
