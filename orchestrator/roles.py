@@ -25,6 +25,7 @@ import ray
 
 from actors.registry import import_path
 from orchestrator.held_state import DELTA_KEY, HeldState
+from orchestrator.names import actor_name
 
 log = logging.getLogger("coevo")
 ACTOR_ERRORS = (ray.exceptions.RayActorError,)  # died, or unreachable while restarting
@@ -121,7 +122,7 @@ class Pool:
         actor = ray.remote(cls)
         options = dict(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, resources=spec.resources or None,
                        max_restarts=spec.max_restarts, max_task_retries=0)
-        self.replicas = [Replica(actor.options(**options, **self._placement(i)).remote(
+        self.replicas = [Replica(actor.options(**options, name=actor_name(name, i), **self._placement(i)).remote(
             config, *spec.args, role=self._role(i), **spec.kwargs), i) for i in range(spec.replicas)]
         self.version = 0
         self.published = False  # once a version is published, a replica gets work only if it holds it
