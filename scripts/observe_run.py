@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                       "--num-cpus", "2", "--temp-dir", str(temp), "--disable-usage-stats"], "ray_start.log")
         wait_for("the Ray dashboard", lambda: get(f"http://127.0.0.1:{dash}/api/version")[0] == 200, 120, head,
                  temp / "ray_start.log")
-        run_dir = temp / "run"
+        run_dir = temp / "grpo-observe"
         run = spawn([str(BIN / "coevo"), "run", "--address", address, "--output-dir", str(run_dir),
                      "warmup.enabled=false", "data.arithmetic.digits=1", "data.eval_size=32",
                      "rollout.prompts_per_step=8", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=3",
@@ -186,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         results["failed_panels"] = failed
         stop(run, signal.SIGTERM, 120)  # it checkpoints and ends
         results["run_exit"] = run.returncode
+        after = subprocess.run([str(BIN / "coevo"), "status", "--address", address], env=env, capture_output=True,
+                               text=True, timeout=120)
+        results["status_after"] = {"rc": after.returncode, "stdout": after.stdout, "stderr": after.stderr[-2000:]}
         return 1 if failed or status.returncode != 0 else 0
     finally:
         for proc in reversed(procs):
