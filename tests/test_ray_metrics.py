@@ -127,3 +127,17 @@ def test_status_names_a_record_that_is_not_json(monkeypatch) -> None:
     _cluster(monkeypatch, {b"run/02000000/try1": b"{not json"}, [])
     with pytest.raises(ValueError, match=r"record at GCS key 'run/02000000/try1' \(namespace 'coevo'\) is not JSON"):
         status.read_runs()
+
+
+def test_coevo_status_names_an_address_where_no_cluster_answers(tmp_path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "--address", f"127.0.0.1:{port}"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 3
+    assert f"no Ray cluster at --address '127.0.0.1:{port}': cannot connect to 127.0.0.1:{port}" in proc.stderr
