@@ -75,7 +75,8 @@ def _metric(name: str):
 
 
 def scale_event(run: str, role: str, direction: str, replicas: int | None = None) -> None:
-    """Count a pool growing or shrinking, and log it (elastic pools call this)."""
+    """Count a pool growing or shrinking, and log it (elastic pools call this; `run` is
+    `orchestrator.names.RUN.get()` inside a run)."""
     if direction not in ("up", "down"):
         raise ValueError(f"scale_event: direction {direction!r} is not 'up' or 'down' (run {run!r}, role {role!r})")
     _metric("coevo_scale_events").inc(1, tags={"run": run, "role": role, "direction": direction})
@@ -125,7 +126,8 @@ class RunMetrics:
             self.pool(pool, ctx.versions.get(role))
 
     def pool(self, pool, learner_version: int | None = None) -> None:
-        """A pool's replicas, versions, failures and retries."""
+        """A pool's replicas, versions, failures and retries. An elastic pool's bounds are its
+        `min_replicas` / `max_replicas` attributes; a fixed pool's are `spec.replicas`."""
         spec = pool.spec
         live = sum(1 for r in pool.replicas if r.alive)
         bounds = {"live": live, "min": getattr(pool, "min_replicas", spec.replicas),
