@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="random seed (overrides `seed`)")
     run.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else a local cluster)")
     run.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    status = sub.add_parser(
+        "status", help="the coevo runs on a Ray cluster",
+        description="The coevo runs on a Ray cluster: roles, replicas (live/min/max), weight versions, "
+                    "staleness, throughput, last held-out accuracy (docs/metrics.md#coevo-status).")
+    status.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else the local cluster)")
     return parser
 
 
@@ -53,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     # Overrides may come after flags (`coevo run cfg.yaml --seed 1 a.b=2`): collect the leftovers.
     args, extra = parser.parse_known_args(argv)
+    if args.command == "status":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from orchestrator.status_cli import status_main
+        return status_main(args.address)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

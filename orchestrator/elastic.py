@@ -19,6 +19,9 @@ import asyncio
 import logging
 import time
 
+from orchestrator.names import RUN
+from orchestrator.ray_metrics import scale_event
+
 log = logging.getLogger("coevo")
 
 
@@ -87,6 +90,7 @@ class Elastic:
                 f"({self.pool.live()} live, min {self.pool.spec.min_replicas}, max {self.pool.spec.max_replicas}): {why}")
         log.info("%s", line)
         self.events.append(line)
+        scale_event(RUN.get() or "", self.pool.name, direction, self.target)  # Ray metrics: the dashboard's panel
         if direction == "up":
             self.refill()
 

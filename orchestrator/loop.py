@@ -143,6 +143,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 ctx.last_eval_step = step
                 row["time/eval_s"] = time.perf_counter() - mark
             ctx.metrics.log(row)
+            ctx.metrics.export(ctx, row, pieces)
             if row.get("eval/accuracy") is not None:
                 last_acc = (row["eval/accuracy"], step)
             ctx.progress.update(step, step_info(row, last_acc), force_line=evaluated)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from pathlib import Path
+
+from orchestrator import status
+from orchestrator.ray_metrics import RunMetrics
 
 PLOTTED = (("reward/mean", "reward (train samples)"), ("eval/accuracy", "held-out greedy accuracy"),
            ("rm/batch_pair_accuracy", "reward model: pair accuracy on fresh batches"),
@@ -35,6 +39,9 @@ class MetricsSink:
                                 purge_step=None if resume_step is None else resume_step + 1)
         self._file = self.path.open("a", buffering=1)  # line-buffered: each row is on disk at once
         self._gauges: dict | None = {} if ray_metrics else None
+        # tagged metrics and the status record `coevo status` reads (a nested run exports neither)
+        self.ray = RunMetrics(run_dir.name) if ray_metrics else None
+        self._status: dict | None = None
 
     def log(self, row: dict) -> None:
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
@@ -45,6 +52,19 @@ class MetricsSink:
             if key != "step" and isinstance(value, (int, float)):
                 self.tb.add_scalar(key, value, step)
                 self._gauge(key, value)
+
+    def export(self, ctx, row: dict, pieces) -> None:
+        """A finished step into Ray's tagged metrics and the run's status record."""
+        if self.ray is None:
+            return
+        self.ray.step(ctx, row, pieces)
+        self._status = status.record(ctx, row, self._status)
+        status.publish(self._status)
+
+    def finish(self, state: str) -> None:
+        """The run ended (finished / stopped / failed): say so in its status record."""
+        if self._status is not None:
+            status.publish({**self._status, "state": state, "updated": time.time()})
 
     def _gauge(self, key: str, value: float) -> None:
         """Mirror a metric to Ray's metrics (Prometheus, shown in the Ray dashboard)."""

@@ -25,6 +25,7 @@ import ray
 
 from actors.registry import import_path
 from orchestrator.held_state import DELTA_KEY, HeldState
+from orchestrator.names import actor_name
 
 log = logging.getLogger("coevo")
 ACTOR_ERRORS = (ray.exceptions.RayActorError,)  # died, or unreachable while restarting
@@ -169,7 +170,7 @@ class Pool:
         spec = self.spec
         options = dict(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, resources=spec.resources or None,
                        max_restarts=spec.max_restarts, max_task_retries=0)
-        return self._actor.options(**options, **self._placement(i)).remote(
+        return self._actor.options(**options, name=actor_name(self.name, i), **self._placement(i)).remote(
             self._config, *spec.args, role=self._role(i), **spec.kwargs)
 
     def _role(self, i: int) -> dict:

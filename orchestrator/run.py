@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from orchestrator import checkpoint as ckpt
-from orchestrator import cluster, frozen
+from orchestrator import cluster, frozen, names
 from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
 from orchestrator.data import PromptSampler, load_prompts
@@ -84,6 +84,18 @@ class Run:
     # ---- the run ------------------------------------------------------------------------------------
     async def main(self, nested: bool = False) -> dict:
         """The whole run. `nested`: a run inside another (a reward-model warm-up) on its Ray."""
+        token = names.RUN.set(self.run_dir.name)  # its actors' names (orchestrator.names)
+        try:
+            summary = await self._main(nested)
+        except BaseException:
+            if self.ctx is not None and self.ctx.metrics is not None:
+                self.ctx.metrics.finish("failed")
+            raise
+        finally:
+            names.RUN.reset(token)
+        return summary
+
+    async def _main(self, nested: bool) -> dict:
         cfg = self.config
         t_start = time.perf_counter()
         if not nested:
@@ -146,6 +158,7 @@ class Run:
         final = await self.checkpoint(ctx, f"step_{ctx.step}" if stopped else "final")
         await ctx.rollouts.stop()
         plots = await plotting
+        ctx.metrics.finish("stopped" if stopped else "finished")
         ctx.metrics.close()
         if nested:
             for pool in pools.values():
