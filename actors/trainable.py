@@ -9,6 +9,8 @@ what the learner returns, so two learners in one run never share a counter.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,6 +41,15 @@ def rebuilt(optimizer: torch.optim.Optimizer, params) -> torch.optim.Optimizer:
 
     accepted = inspect.signature(type(optimizer)).parameters
     return type(optimizer)(list(params), **{k: v for k, v in optimizer.defaults.items() if k in accepted})
+
+
+@contextlib.contextmanager
+def _one_process_quietly():
+    """torch.distributed.checkpoint warns on every single-process save and load (one rank is the
+    usual case here, and a run's log should not repeat it at every checkpoint)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 class Trainable:
@@ -167,7 +178,8 @@ class Trainable:
         if optimizer:
             import torch.distributed.checkpoint as dcp
 
-            dcp.save(self._sharded_state(), checkpoint_id=str(out / SHARDED_DIR))
+            with _one_process_quietly():
+                dcp.save(self._sharded_state(), checkpoint_id=str(out / SHARDED_DIR), no_dist=not self.ranks.distributed)
             if self.ranks.is_main:
                 torch.save({"version": self.version, "world_size": self.ranks.world_size,
                             "extra": self.extra_state()}, out / STATE_FILE)
@@ -210,7 +222,8 @@ class Trainable:
             from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
             state = self._sharded_state()
-            dcp.load(state, checkpoint_id=str(path / SHARDED_DIR))
+            with _one_process_quietly():
+                dcp.load(state, checkpoint_id=str(path / SHARDED_DIR), no_dist=not self.ranks.distributed)
             set_optimizer_state_dict(self._trained_module(), self.optimizer, state["optimizer"])
         else:  # a checkpoint from before sharded checkpoints (one rank)
             self.optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
