@@ -129,6 +129,7 @@ async def keep_busy(pool) -> None:
         await pool.call("held", -1, 0.3, table=False, versioned=True)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_autoscaler_grows_the_pool_to_max_then_it_drains_to_min(fake_nodes) -> None:
     """The head has room for 1 of 3 replicas: the two the pool adds are pending demand until the
@@ -226,6 +227,7 @@ def test_a_preempted_node_loses_no_work_and_the_pool_refills(fake_nodes) -> None
     assert sorted(x for x, _, _ in again) == list(range(4)) and {v for _, _, v in again} == {1}
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_run_grows_its_generator_pool_and_loses_no_sample(ray_env, warm_cache, tmp_path) -> None:
     """The loop's measurements drive the pool: thresholds low enough that step 1 is a bottleneck;
@@ -258,6 +260,7 @@ def test_an_elastic_role_the_local_cluster_cannot_hold_is_named(caplog) -> None:
             "roles, so the pool grows to 2 at most") in caplog.text
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_run_on_a_preempted_node_loses_no_sample(fake_nodes, ray_env, warm_cache, tmp_path) -> None:
     """`coevo run` joins a 3-node cluster, its two generators on the two worker nodes (a custom

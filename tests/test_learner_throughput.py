@@ -23,6 +23,7 @@ def bench():
     return module
 
 
+@pytest.mark.long
 def test_bare_loop_does_the_same_update_as_coevo(bench) -> None:
     from actors import modeling
     from actors.learner import Learner

@@ -17,6 +17,7 @@ def test_gae_belongs_to_recipe_ppo() -> None:
     assert load_config("ppo", []).ppo.lam == 0.95
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_ppo_trains_its_critic(ray_env, warm_cache, tmp_path) -> None:
     """(A critic resumes as every learner role does: tests/test_checkpoint_contents.py.)"""
@@ -38,6 +39,7 @@ def test_dph_needs_a_verifier_to_keep_correct_samples() -> None:
     assert load_config("dph", []).dph.divergence == "js"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_dph_rehearses_the_initial_policys_samples(ray_env, warm_cache, tmp_path) -> None:
     run_dir = tmp_path / "dph"
@@ -50,6 +52,7 @@ def test_dph_rehearses_the_initial_policys_samples(ray_env, warm_cache, tmp_path
     assert rows[0]["rehearsal/divergence"] == pytest.approx(0.0, abs=1e-3)  # before any update: pi = pi_init
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_spark_trains_the_policy_as_its_own_judge(ray_env, warm_cache, tmp_path) -> None:
     run_dir = tmp_path / "spark"

@@ -35,6 +35,7 @@ def check_summary(run_dir, steps: int, rows_per_step: int = 32) -> None:
     assert summary["samples/dispatched"] == summary["samples/consumed"] + dropped
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_killed_rank_and_a_hung_rank_restart_the_learner(ray_env, warm_cache, tmp_path) -> None:
     mark = uuid.uuid4().hex
@@ -85,6 +86,7 @@ def test_a_killed_rank_and_a_hung_rank_restart_the_learner(ray_env, warm_cache, 
     assert read_metrics(run_dir)[-1]["version"] == steps
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_cooper_with_a_two_rank_policy_learner_resumes_at_one_rank(ray_env, warm_cache, tmp_path) -> None:
     """Cooper at 2 policy ranks (and a 1-rank reward-model learner) for 2 steps, then resumed at 1

@@ -13,6 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_coevo_status_shows_a_running_run_then_its_end(tmp_path) -> None:
     out = tmp_path / "observe.json"

@@ -15,6 +15,7 @@ from coevo_cli import finish, read_metrics, small, start, wait_for, steps_logged
 from test_faults import MARK, actor_pids, check_no_loss
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_collective_run_advances_generators_and_survives_a_killed_one(ray_env, warm_cache, tmp_path) -> None:
     mark = uuid.uuid4().hex
