@@ -22,13 +22,17 @@ def test_coevo_status_shows_a_running_run_then_its_end(tmp_path) -> None:
     assert out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert proc.returncode == 0, json.dumps(res, indent=1)[-4000:] + proc.stderr[-3000:]
-    assert res["ray_list_actors"] == ["grpo-observe/generator/0", "grpo-observe/policy_learner/0",
-                                      "grpo-observe/verifier/0"]
+    # the script kills the generator by its name mid-run: `ray list actors` (alive ones) may catch it
+    # while Ray restarts it, so it is the one name allowed to be missing (status counts it below)
+    names = {"grpo-observe/generator/0", "grpo-observe/policy_learner/0", "grpo-observe/verifier/0"}
+    listed = set(res["ray_list_actors"])
+    assert listed <= names and names - listed <= {"grpo-observe/generator/0"}, res["ray_list_actors"]
     text = res["status"]["stdout"]
     assert "grpo-observe  [running," in text and "recipe grpo" in text and "samples/s" in text
     rows = {line.split()[0]: line.split() for line in text.splitlines()[4:]}
     # role, kind, live/min/max, live actors in Ray, versions, busy, failures, retries
-    assert rows["generator"][1:4] == ["generator", "1/1/1", "1"]
+    # the killed generator may still be restarting when the script reads the status (0 or 1 live)
+    assert rows["generator"][1] == "generator" and rows["generator"][2:4] in (["1/1/1", "1"], ["0/1/1", "0"])
     assert int(rows["generator"][6]) >= 1  # the replica the script killed by its name
     assert rows["policy_learner"][1:4] == ["learner", "1/1/1", "1"]
     step = int(text.split(" step ")[1].split("/")[0])
