@@ -85,6 +85,8 @@ class Generator:
             torch.manual_seed(hash((self.seed, seq)) % 2**63)
         texts = prompts.column("prompt").to_pylist()
         extra = {"next_token": self.laser_token} if self.laser_token is not None else {}
+        if cfg.stop:
+            extra["stop"] = cfg.stop
         out = self.backend.generate(texts, n=n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                     top_p=cfg.top_p, top_k=cfg.top_k, greedy=greedy, **extra)
         # LaSeR: log pi(z | x, y); the learner turns it into the self-reward beta * (. - c)
@@ -102,7 +104,7 @@ class Generator:
             group_id=[f"{tag}.{g}" for g in repeat],
             prompt_id=prompts.column("prompt_id").take(repeat).to_pylist(),
             prompt=[texts[i] for i in repeat],
-            response=self.backend.decode(out.response_ids, out.response_lengths),
+            response=out.texts if out.texts is not None else self.backend.decode(out.response_ids, out.response_lengths),
             prompt_ids=prompt_ids.take(pa.array(repeat)),
             response_ids=B.list_column(out.response_ids, out.response_lengths, pa.int32()),
             behavior_logprobs=B.list_column(out.logprobs, out.response_lengths, pa.float32()),

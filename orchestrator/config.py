@@ -108,12 +108,40 @@ class RolloutConfig(Section):
     # ... or until this many times prompts_per_step groups were generated for it; past that bound,
     # uniform groups are kept (and counted: samples/uniform_kept_at_bound)
     max_sampling_tries: int = Field(3, ge=1)
+    # A sample also ends (finish_reason "stop") at the first token after which its text contains one
+    # of these; its tokens are kept up to that one, and the response text ends before the string
+    # (vLLM's default, include_stop_str_in_output=False). Both backends (docs/vllm.md).
+    stop: list[str] = []
+    # Colocation, rollout.backend=vllm on a GPU: the engine sleeps while the learner trains (1:
+    # weights offloaded to CPU, 2: weights discarded and reloaded from the next update); 0: never.
+    # Strict on-policy only (train.max_staleness=0). On CPU it does nothing, with a warning.
+    vllm_sleep_level: int = Field(0, ge=0, le=2)
 
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
         from actors.generation import BACKENDS
         return registered(v, BACKENDS)
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop_string(cls, v):
+        return [v] if isinstance(v, str) else v  # `stop: "\n"` as vLLM takes it
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, v: list[str]) -> list[str]:
+        for i, s in enumerate(v):
+            if not s:  # an empty string is in every text: every sample would stop at its first token
+                raise ValueError(f"rollout.stop[{i}] is {s!r}: stop strings must be non-empty")
+        return v
+
+    @model_validator(mode="after")
+    def _sleep_backend(self) -> "RolloutConfig":
+        if self.vllm_sleep_level and self.backend != "vllm":
+            raise ValueError(f"rollout.vllm_sleep_level={self.vllm_sleep_level} applies to rollout.backend=vllm, "
+                             f"not {self.backend!r}; set it to 0")
+        return self
 
 
 class RewardSpec(Section):
@@ -444,6 +472,10 @@ class Config(Section):
             raise ValueError(f"algorithm.advantage {self.algorithm.advantage!r} compares the samples of "
                              "a prompt with each other: rollout.samples_per_prompt must be >= 2, got "
                              f"{self.rollout.samples_per_prompt}")
+        if self.rollout.vllm_sleep_level and self.train.max_staleness > 0:
+            raise ValueError(f"rollout.vllm_sleep_level={self.rollout.vllm_sleep_level} sleeps the generators while "
+                             f"the learner trains, but train.max_staleness={self.train.max_staleness} overlaps "
+                             "generation with training; use one or the other")
         if self.train.max_staleness > 0 and self.algorithm.off_policy in (None, "none"):
             raise ValueError("train.max_staleness > 0 trains on samples from older policies: choose an "
                              "off-policy correction explicitly, algorithm.off_policy=tis or decoupled_ppo")

@@ -17,6 +17,7 @@ class Samples:
     logprobs: np.ndarray  # flat float32, one per response token: log-prob under the sampling distribution
     finish_reason: list[str]  # per sample: stop / length
     next_logprobs: np.ndarray | None = None  # per sample: log pi(z | prompt, response), if asked for
+    texts: list[str] | None = None  # per sample: the response text, where stop strings cut it; None: decode
 
 
 def decode_responses(tokenizer, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
@@ -26,9 +27,24 @@ def decode_responses(tokenizer, response_ids: np.ndarray, lengths: np.ndarray) -
     return tokenizer.batch_decode(pieces, skip_special_tokens=True)
 
 
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """`text` up to the stop string that completes first in it (ties: the first listed), which is
+    where vLLM cuts a response with include_stop_str_in_output=False; unchanged if none occurs."""
+    cut, end = None, None
+    for s in stop:
+        i = text.find(s)
+        if i >= 0 and (end is None or i + len(s) < end):
+            cut, end = i, i + len(s)
+    return text if cut is None else text[:cut]
+
+
 class Backend(Protocol):
+    can_sleep: bool  # whether sleep/wake_up free accelerator memory (vLLM on a GPU)
+
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, top_k: int, greedy: bool) -> Samples: ...
+                 top_p: float, top_k: int, greedy: bool, stop: list[str] = ()) -> Samples:
+        """`stop`: a sample also ends after the token that completes one of these strings in its
+        text (kept, with its log-prob); `Samples.texts` then holds the texts cut before the string."""
 
     def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]: ...
 

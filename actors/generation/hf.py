@@ -7,7 +7,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
 from actors.generation import BACKENDS
-from actors.generation.base import Samples, decode_responses
+from actors.generation.base import Samples, cut_at_stop, decode_responses
 from actors.sampling import SamplingWarper, processed_logits, unsupported_settings
 from actors.weight_transport import node_ip
 from actors.weights import load_state
@@ -15,6 +15,8 @@ from actors.weights import load_state
 
 @BACKENDS.register("hf")
 class HFBackend:
+    can_sleep = False  # its model stays where it is; sleeping is vLLM's (rollout.vllm_sleep_level)
+
     def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu"):
         unsupported = unsupported_settings(model.generation_config)
         if unsupported:
@@ -29,13 +31,16 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False, next_token: int | None = None) -> Samples:
+                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False, next_token: int | None = None,
+                 stop: list[str] = ()) -> Samples:
         """n samples per prompt. Each prompt is run once and its key/value cache shared by its n
         samples (GRPO samples 8 or more per prompt: most of the prefill is shared); then a plain
         decoding loop samples from exactly the distribution `actors.sampling` describes.
         `next_token`: also return log pi(next_token | prompt, response) for each sample (LaSeR's
         last-token self-reward): read off the step after a response's EOS, or one extra one-token
-        forward pass for the responses that end at the last step."""
+        forward pass for the responses that end at the last step.
+        `stop`: a sample also ends after the token that completes one of these strings (it is kept);
+        only the tails of running samples are decoded to look for them."""
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         mask = enc["attention_mask"]
         prompt_ids = [row[m.bool()].numpy().astype(np.int32) for row, m in zip(enc["input_ids"], mask)]
@@ -52,6 +57,7 @@ class HFBackend:
         eos = torch.tensor(self.eos_ids, device=dev)
         finished = torch.zeros(len(logits), dtype=torch.bool, device=dev)
         after = torch.full((len(logits),), float("nan"), device=dev)  # log pi(next_token | x, y)
+        stopped = torch.zeros(len(logits), dtype=torch.long, device=dev)  # length, where a stop string ended it
         tokens, logprobs = [], []
         for step in range(max_new_tokens):
             x = logits.float() if greedy else processed_logits(logits.float(), temperature, top_k, top_p)
@@ -60,6 +66,10 @@ class HFBackend:
             token = torch.where(finished, self.tokenizer.pad_token_id, token)
             tokens.append(token)
             ended = ~finished & torch.isin(token, eos)
+            if stop:
+                hit = self._stop_hits(tokens, ~finished & ~ended, stop)
+                stopped = torch.where(hit, step + 1, stopped)
+                ended |= hit
             finished |= ended
             last = bool(finished.all()) or step == max_new_tokens - 1
             if last and next_token is None:
@@ -73,8 +83,26 @@ class HFBackend:
                 after = torch.where(fill, torch.log_softmax(logits.float(), dim=-1)[:, next_token], after)
             if last:
                 break
-        return _samples(prompt_ids, torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1), eos,
-                        None if next_token is None else after)
+        out = _samples(prompt_ids, torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1), eos,
+                       None if next_token is None else after, stopped)
+        if stop:  # the verifier sees the text before the stop string, as vLLM returns it
+            texts = self.decode(out.response_ids, out.response_lengths)
+            out.texts = [cut_at_stop(t, stop) if s else t for t, s in zip(texts, stopped.tolist())]
+        return out
+
+    def _stop_hits(self, tokens: list[torch.Tensor], running: torch.Tensor, stop: list[str]) -> torch.Tensor:
+        """Rows of `running` whose text now contains a stop string. Only the last tokens are decoded:
+        a string of L characters lies within the last L tokens (each decodes to a character or
+        more); two more give the decoder the context before it."""
+        hits = torch.zeros_like(running)
+        rows = running.nonzero().squeeze(1)
+        if len(rows):
+            window = max(map(len, stop)) + 2
+            tails = self.tokenizer.batch_decode(torch.stack(tokens[-window:], dim=1)[rows].cpu(),
+                                                skip_special_tokens=True)
+            found = torch.tensor([any(s in t for s in stop) for t in tails], device=rows.device)
+            hits[rows[found]] = True
+        return hits
 
     @torch.no_grad()
     def generate_hf(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
@@ -112,12 +140,15 @@ class HFBackend:
 
 
 def _samples(prompt_ids, tokens: torch.Tensor, logprobs: torch.Tensor, eos: torch.Tensor,
-             after: torch.Tensor | None = None) -> Samples:
-    """Cut each row of sampled `tokens` [N, T] after its first end-of-sequence token (kept) into the
-    flat Samples layout."""
+             after: torch.Tensor | None = None, stopped: torch.Tensor | None = None) -> Samples:
+    """Cut each row of sampled `tokens` [N, T] after its first end-of-sequence token (kept), or at
+    its `stopped` length where a stop string ended it (> 0), into the flat Samples layout."""
     is_eos = torch.isin(tokens, eos)
     has_eos = is_eos.any(dim=1)
     lengths = torch.where(has_eos, is_eos.int().argmax(dim=1) + 1, tokens.shape[1])
+    if stopped is not None:  # a stop string ends a row before any EOS (its later tokens are padding)
+        has_eos = has_eos | (stopped > 0)
+        lengths = torch.where(stopped > 0, stopped, lengths)
     keep = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < lengths[:, None]
     return Samples(
         prompt_ids=prompt_ids,
