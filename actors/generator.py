@@ -104,7 +104,7 @@ class Generator:
             group_id=[f"{tag}.{g}" for g in repeat],
             prompt_id=prompts.column("prompt_id").take(repeat).to_pylist(),
             prompt=[texts[i] for i in repeat],
-            response=out.texts if out.texts is not None else self.backend.decode(out.response_ids, out.response_lengths),
+            response=self.backend.decode(out.response_ids, out.response_lengths) if out.texts is None else out.texts,
             prompt_ids=prompt_ids.take(pa.array(repeat)),
             response_ids=B.list_column(out.response_ids, out.response_lengths, pa.int32()),
             behavior_logprobs=B.list_column(out.logprobs, out.response_lengths, pa.float32()),

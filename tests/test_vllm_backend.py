@@ -68,6 +68,40 @@ def test_greedy_equals_hf_on_the_tiny_model(tiny):
     assert_same_greedy(generator.backend, hf_backend(config))
 
 
+def test_a_stop_string_gives_the_same_tokens_finish_reasons_and_text_as_hf(tiny):
+    from test_stop_strings import two_token_stop
+
+    generator, config = tiny
+    hf = hf_backend(config)
+    generator.update_weights(1, export_state(hf.model, 1))
+    free = hf.generate(PROMPTS, n=1, max_new_tokens=16, greedy=True)
+    stop = [two_token_stop(hf.decode(free.response_ids, free.response_lengths))[0]]
+    v, h = (b.generate(PROMPTS, n=1, max_new_tokens=16, greedy=True, stop=stop) for b in (generator.backend, hf))
+    assert "stop" in h.finish_reason and v.finish_reason == h.finish_reason
+    assert v.response_lengths.tolist() == h.response_lengths.tolist()
+    assert v.response_ids.tolist() == h.response_ids.tolist() and len(v.logprobs) == len(v.response_ids)
+    assert v.texts == h.texts
+    # vLLM's own detokenized text agrees with where coevo cuts it
+    engine = generator.backend.engine
+    ids = hf.tokenizer(PROMPTS, add_special_tokens=False)["input_ids"]
+    own = engine.generate(ids, n=1, max_tokens=16, temperature=1.0, top_p=1.0, top_k=0, greedy=True,
+                          stop_token_ids=hf.eos_ids, seed=None, stop=stop)
+    assert [g[0].text for g in own] == v.texts
+    # sampled, n=4: every sample a string ended stops at the token completing it, log-probs aligned
+    stop = ["1", "e", "&"]
+    out = generator.backend.generate(PROMPTS, n=4, max_new_tokens=16, temperature=1.0, stop=stop)
+    assert len(out.logprobs) == out.response_lengths.sum()
+    ended = 0
+    for ids, text, why in zip(np.split(out.response_ids, np.cumsum(out.response_lengths)[:-1]), out.texts,
+                              out.finish_reason):
+        whole, before = (hf.tokenizer.decode(x, skip_special_tokens=True) for x in (ids, ids[:-1]))
+        assert not any(s in before for s in stop), whole
+        if why == "stop" and ids[-1] not in hf.eos_ids:
+            ended += 1
+            assert text == whole[:min(whole.find(s) for s in stop if s in whole)]
+    assert ended > 0, "no sample met a stop string"
+
+
 def test_after_a_weight_update_greedy_still_equals_hf_with_the_new_weights(tiny):
     generator, config = tiny
     hf_old, hf_new = hf_backend(config), hf_backend(config, seed=7)

@@ -38,6 +38,11 @@ def cut_at_stop(text: str, stop: list[str]) -> str:
     return text if cut is None else text[:cut]
 
 
+def stop_texts(texts: list[str], stopped: list[bool], stop: list[str]) -> list[str]:
+    """The response texts the verifier sees: those a stop string ended, cut before it."""
+    return [cut_at_stop(t, stop) if s else t for t, s in zip(texts, stopped)]
+
+
 class Backend(Protocol):
     can_sleep: bool  # whether sleep/wake_up free accelerator memory (vLLM on a GPU)
 

@@ -7,7 +7,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
 from actors.generation import BACKENDS
-from actors.generation.base import Samples, cut_at_stop, decode_responses
+from actors.generation.base import Samples, decode_responses, stop_texts
 from actors.sampling import SamplingWarper, processed_logits, unsupported_settings
 from actors.weight_transport import node_ip
 from actors.weights import load_state
@@ -86,8 +86,7 @@ class HFBackend:
         out = _samples(prompt_ids, torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1), eos,
                        None if next_token is None else after, stopped)
         if stop:  # the verifier sees the text before the stop string, as vLLM returns it
-            texts = self.decode(out.response_ids, out.response_lengths)
-            out.texts = [cut_at_stop(t, stop) if s else t for t, s in zip(texts, stopped.tolist())]
+            out.texts = stop_texts(self.decode(out.response_ids, out.response_lengths), stopped.bool().tolist(), stop)
         return out
 
     def _stop_hits(self, tokens: list[torch.Tensor], running: torch.Tensor, stop: list[str]) -> torch.Tensor:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from actors.generation import BACKENDS
-from actors.generation.base import Samples, decode_responses
+from actors.generation.base import Samples, decode_responses, stop_texts
 from actors.sampling import unsupported_settings
 from actors.weights import WeightMismatchError, check_state
 
@@ -41,7 +41,8 @@ class VLLMBackend:
                                   "use judge.mode=generate or rollout.backend=hf")
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False, next_token: int | None = None) -> Samples:
+                 top_p: float = 1.0, top_k: int = 0, greedy: bool = False, next_token: int | None = None,
+                 stop: list[str] = ()) -> Samples:
         if next_token is not None:
             raise NotImplementedError("rollout.backend=vllm does not compute LaSeR's next-token log-prob; "
                                       "use rollout.backend=hf for laser rewards")
@@ -52,16 +53,20 @@ class VLLMBackend:
         seed = None if greedy else int(torch.randint(0, 2**31 - 1, ()).item())
         groups = self.engine.generate([p.tolist() for p in prompt_ids], n=n, max_tokens=max_new_tokens,
                                       temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy,
-                                      stop_token_ids=self.eos_ids, seed=seed)
+                                      stop_token_ids=self.eos_ids, seed=seed, stop=stop)
         flat = [c for group in groups for c in group]
         tokens = [c.token_ids for c in flat]
-        return Samples(
+        out = Samples(
             prompt_ids=prompt_ids,
             response_ids=np.asarray([t for ts in tokens for t in ts], dtype=np.int32),
             response_lengths=np.asarray([len(ts) for ts in tokens], dtype=np.int64),
             logprobs=np.asarray([lp for c in flat for lp in c.logprobs], dtype=np.float32),
             finish_reason=["stop" if c.finish_reason == "stop" else "length" for c in flat],
         )
+        if stop:  # texts cut as the HF backend cuts them (the verifier sees the same whichever backend)
+            out.texts = stop_texts(self.decode(out.response_ids, out.response_lengths),
+                                   [c.stop_string is not None for c in flat], stop)
+        return out
 
     def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]:
         return decode_responses(self.tokenizer, response_ids, lengths)

@@ -43,6 +43,8 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    stop_string: str | None = None  # the stop string that ended it
+    text: str | None = None  # vLLM's text, cut before a stop string (only when stop strings were asked)
 
 
 class Engine:
@@ -79,31 +81,38 @@ class Engine:
 
     @staticmethod
     def request(prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float, top_p: float,
-                top_k: int, greedy: bool, stop_token_ids: list[int], seed: int | None):
+                top_k: int, greedy: bool, stop_token_ids: list[int], seed: int | None, stop: list[str] = ()):
         """vLLM's prompts and SamplingParams for n completions per prompt (also what a benchmark sends
-        to a bare `LLM.generate`)."""
+        to a bare `LLM.generate`). Stop strings are matched on detokenized text, which vLLM 0.32
+        refuses without `detokenize=True`; so only they turn it on. A match keeps the tokens up to
+        the one completing it, their log-probs trimmed alike (OutputProcessor._trim_surplus_tokens),
+        and cuts the text before it (include_stop_str_in_output=False, the default)."""
         vllm = import_vllm()
         params = vllm.SamplingParams(
             n=n, max_tokens=max_tokens, temperature=0.0 if greedy else temperature,
             top_p=1.0 if greedy else top_p, top_k=0 if greedy else top_k, seed=seed,
-            stop_token_ids=stop_token_ids, ignore_eos=False, logprobs=0, detokenize=False,
-            skip_special_tokens=False)
+            stop_token_ids=stop_token_ids, ignore_eos=False, logprobs=0, detokenize=bool(stop),
+            stop=list(stop), include_stop_str_in_output=False,
+            # the text is matched as coevo decodes responses: special tokens dropped
+            skip_special_tokens=True)
         return [vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float,
                  top_p: float, top_k: int, greedy: bool, stop_token_ids: list[int],
-                 seed: int | None) -> list[list[Completion]]:
+                 seed: int | None, stop: list[str] = ()) -> list[list[Completion]]:
         """n completions per prompt (vLLM forks a request into n children that share the prompt's
         cached blocks)."""
         prompts, params = self.request(prompt_ids, n, max_tokens, temperature, top_p, top_k, greedy,
-                                       stop_token_ids, seed)
+                                       stop_token_ids, seed, stop)
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         result = []
         for out in outputs:
             samples = []
             for c in sorted(out.outputs, key=lambda c: c.index):
                 lp = [step[tok].logprob for step, tok in zip(c.logprobs, c.token_ids)]
-                samples.append(Completion(list(c.token_ids), lp, c.finish_reason or "length"))
+                stop_string = c.stop_reason if isinstance(c.stop_reason, str) else None  # else a stop token id
+                samples.append(Completion(list(c.token_ids), lp, c.finish_reason or "length", stop_string,
+                                          c.text if stop else None))
             result.append(samples)
         return result
 
