@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -30,7 +31,9 @@ class Generator:
         model, tokenizer = modeling.build(config.model, config.seed)
         if model_source:  # a warm-up checkpoint
             model = modeling.load_model(model_source)
-        self.backend = BACKENDS.get(config.rollout.backend)(model, tokenizer, device=device)
+        # sleep mode is set when the engine is built (vLLM); only rollout.backend=vllm may ask for it
+        sleep = {"sleep_mode": True} if config.rollout.vllm_sleep_level else {}
+        self.backend = BACKENDS.get(config.rollout.backend)(model, tokenizer, device=device, **sleep)
         self.config = config.rollout
         self.judge_config = config.judge
         self.judges = [r.name for r in config.judge_rewards()]
@@ -44,16 +47,53 @@ class Generator:
         self.version = 0
         self.replica = replica
         self.weights_endpoint = Endpoint()  # its membership of the policy channel's weight group
+        self.asleep = 0  # the sleep level the backend is at (rollout.vllm_sleep_level), 0: awake
+        self.weights_lost = False  # woken from level 2: the weights are garbage until the next update
+        level = config.rollout.vllm_sleep_level
+        if level and not self.backend.can_sleep:
+            logging.getLogger("coevo").warning(
+                "rollout.vllm_sleep_level=%d: generator replica %d cannot sleep on %s (vLLM's CPU build ignores "
+                "sleep/wake_up); it keeps its memory while the learner trains", level, replica, device)
+
+    def sleep(self) -> bool:
+        """Colocation: free the accelerator for the learner (strict on-policy, between a batch's last
+        generation and the next weight update). Level 1 offloads the weights, level 2 discards them;
+        the next update wakes the engine and loads its version, and a generation before it wakes
+        the engine (level 1) or is refused (level 2: there is nothing to generate from). False
+        where it does nothing (level 0, or a backend that cannot sleep)."""
+        level = self.config.vllm_sleep_level
+        if not level or not self.backend.can_sleep:
+            return False
+        if not self.asleep:
+            self.backend.sleep(level)
+            self.asleep = level
+        return True
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.backend.wake_up()
+            self.weights_lost = self.weights_lost or self.asleep == 2
+            self.asleep = 0
+
+    def _usable(self) -> None:
+        """Awake, with real weights: never generate from the garbage a level-2 wake leaves."""
+        self._wake()
+        if self.weights_lost:
+            raise RuntimeError(f"generator replica {self.replica} slept at rollout.vllm_sleep_level=2, which discards "
+                               f"its weights, and has not been sent a version since (it held {self.version}); it "
+                               "generates again after the next weight update")
 
     def update_weights(self, version: int, payload: dict) -> int:
+        self._wake()  # first: vLLM loads into the memory wake_up gives back
         self.backend.load_weights(payload, version)
-        self.version = version
+        self.version, self.weights_lost = version, False
         return version
 
     def receive_weights(self, link: Link, rank: int, version: int, join: bool = True) -> int:
         """Take `version` from the channel's collective broadcast; all or nothing, like update_weights."""
+        self._wake()
         self.backend.receive_weights(self.weights_endpoint, link, rank, version, join)
-        self.version = version
+        self.version, self.weights_lost = version, False
         return version
 
     def update_weights_from(self, path: str, version: int) -> int:
@@ -77,6 +117,7 @@ class Generator:
         if expect_version is not None and expect_version != self.version:
             raise StaleReplicaError(f"generator replica {self.replica} holds weights version {self.version}, "
                                     f"asked for {expect_version}")
+        self._usable()
         start = time.perf_counter()
         cfg = self.config
         n = 1 if greedy else (n or cfg.samples_per_prompt)
@@ -125,6 +166,7 @@ class Generator:
 
         if expect_version is not None and expect_version != self.version:
             raise StaleReplicaError(f"judge replica {self.replica} holds version {self.version}, asked for {expect_version}")
+        self._usable()
         start = time.perf_counter()
         cfg, backend = self.judge_config, self.backend
         prompts, p_err = B.decode_texts(table, "prompt")

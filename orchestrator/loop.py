@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from orchestrator.colocation import sleep_generators
 from orchestrator.config import Config
 from orchestrator.data import PromptSampler, PromptSet
 from orchestrator.metrics import MetricsSink
@@ -84,6 +85,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
     last_checkpoint = time.monotonic()
     health = RewardHealth({r.name: r.fn or r.name for r in cfg.fn_rewards() + cfg.process_rewards()},
                           cfg.verifier.max_failed_steps)
+    colocated = cfg.rollout.vllm_sleep_level > 0  # strict on-policy only (the config refuses it with k > 0)
     try:
         while ctx.step < cfg.train.max_steps and not ctx.stop_requested:
             step = ctx.step + 1
@@ -95,6 +97,8 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             tables = await recipe.score_batch(ctx, [p.table for p in pieces])
             t_score = time.perf_counter()
             dump = str(ctx.run_dir / "rollouts" / f"step_{step}.parquet") if cfg.train.dump_rollouts else None
+            if colocated:  # the batch is generated and scored: the generators idle until the publish
+                colocated = await sleep_generators(ctx)
             metrics = await recipe.learn(ctx, tables, dump)
             rollouts.trained_batch()
             t_learn = time.perf_counter()

@@ -57,9 +57,17 @@ def assert_same_greedy(vllm_backend, hf) -> list:
 
 @pytest.fixture(scope="module")
 def tiny():
-    """One Generator on the vLLM backend (one engine start for the module) and its config."""
-    config = make_config(temperature=0.7, top_p=0.9)
+    """One Generator on the vLLM backend (one engine start for the module) and its config. It asks
+    for sleep mode, which the CPU build lacks: the engine is built without it."""
+    config = make_config(temperature=0.7, top_p=0.9, vllm_sleep_level=2)
     return Generator(config, None), config
+
+
+def test_on_cpu_the_engine_cannot_sleep_and_sleeping_does_nothing(tiny):
+    generator, config = tiny
+    generator.update_weights(1, export_state(modeling.build(config.model, config.seed)[0], 1))
+    assert generator.backend.can_sleep is False and generator.sleep() is False and not generator.asleep
+    assert_same_greedy(generator.backend, hf_backend(config))  # the weights are still there
 
 
 def test_greedy_equals_hf_on_the_tiny_model(tiny):

@@ -53,6 +53,12 @@ class Backend(Protocol):
 
     def decode(self, response_ids: np.ndarray, lengths: np.ndarray) -> list[str]: ...
 
+    def sleep(self, level: int) -> None:
+        """Where `can_sleep`: free accelerator memory (1: weights offloaded, 2: discarded)."""
+
+    def wake_up(self) -> None:
+        """Undo `sleep`; after level 2 the weights are garbage until the next load."""
+
     def load_weights(self, payload: dict, version: int) -> None:
         """Load a published `{"version", "state"}` payload; all or nothing (actors.weights)."""
 

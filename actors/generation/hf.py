@@ -17,7 +17,7 @@ from actors.weights import load_state
 class HFBackend:
     can_sleep = False  # its model stays where it is; sleeping is vLLM's (rollout.vllm_sleep_level)
 
-    def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu"):
+    def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", sleep_mode: bool = False):
         unsupported = unsupported_settings(model.generation_config)
         if unsupported:
             raise ValueError(f"the model's generation_config sets {unsupported}, which the learner cannot "

@@ -19,7 +19,8 @@ from actors.weights import WeightMismatchError, check_state
 
 @BACKENDS.register("vllm")
 class VLLMBackend:
-    def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", seed: int = 0):
+    def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", seed: int = 0,
+                 sleep_mode: bool = False):
         from actors.generation.vllm_adapter import Engine
 
         unsupported = unsupported_settings(model.generation_config)
@@ -31,9 +32,19 @@ class VLLMBackend:
         eos = model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         self.eos_ids = sorted(set(eos) | {tokenizer.eos_token_id})
-        self.engine = Engine(model, tokenizer, device=device, seed=seed)
+        self.engine = Engine(model, tokenizer, device=device, seed=seed, sleep_mode=sleep_mode)
         # Only names, shapes and dtypes are kept to check updates against (the weights live in vLLM).
         self.reference = model.to("meta")
+
+    @property
+    def can_sleep(self) -> bool:
+        return self.engine.can_sleep
+
+    def sleep(self, level: int) -> None:
+        self.engine.sleep(level)
+
+    def wake_up(self) -> None:
+        self.engine.wake_up()
 
     @property
     def model(self):  # the yes/no judge reads logits from an HF model, which vLLM does not expose

