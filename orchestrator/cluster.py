@@ -32,8 +32,10 @@ def connect(ray_cfg) -> tuple[str, bool]:
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
-        ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, logging_level=logging.WARNING,
-                 dashboard_host="127.0.0.1")
+        # "local": a new cluster even where another was started on this machine; with no address
+        # Ray would join the last one `ray start` recorded (ray_current_cluster), whoever owns it
+        ray.init(address="local", num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard,
+                 logging_level=logging.WARNING, dashboard_host="127.0.0.1")
     finally:
         if before is None:
             os.environ.pop("PYTHONPATH", None)
