@@ -15,7 +15,7 @@ machine's routable address; a node whose IP is not loopback has its GCS and rayl
 listen on every interface (`::`). Ray's `cluster_utils.Cluster` starts the same `Node` processes
 that `ray start` does, with the node IP taken as given: with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 in the environment (so nothing Ray resolves later leaves loopback either) every listener stays on
-127.0.0.1.
+127.0.0.1. Each node gets its own temp dir (`<temp-dir>/n<i>`): see `node_args`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: Ray resolves addresses to loopback only then")
     if not os.environ.get("RAY_TMPDIR", "").startswith(args.temp_dir):
         sys.exit(f"set RAY_TMPDIR inside --temp-dir {args.temp_dir}: Ray writes the cluster's address there")
-    specs = json.loads(args.nodes)
+    try:
+        specs = json.loads(args.nodes)
+    except json.JSONDecodeError as e:
+        sys.exit(f"--nodes: not JSON ({e}): {args.nodes!r}")
     if not isinstance(specs, list) or not specs:
         sys.exit(f"--nodes: a non-empty JSON list of node specs, got {args.nodes!r}")
 

@@ -143,12 +143,13 @@ def test_job_on_three_nodes_places_each_role_by_its_resources(three_nodes, tmp_p
     ({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}, NODES, "set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"),
     ({"RAY_TMPDIR": "/tmp"}, NODES, "set RAY_TMPDIR inside --temp-dir"),
     ({}, {"num_cpus": 1}, "--nodes: a non-empty JSON list of node specs"),
+    ({}, "[{num_cpus: 1}", "--nodes: not JSON"),
 ])
 def test_loopback_cluster_refuses_what_would_leave_loopback_or_its_temp_dir(tmp_path, env_update, nodes, message):
     """The launcher stops before starting anything when its environment or --nodes is wrong."""
     env = {**cluster_env(str(tmp_path)), **env_update}
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "loopback_cluster.py"), "--nodes", json.dumps(nodes),
-                           "--temp-dir", str(tmp_path), "--ready", str(tmp_path / "ready.json")],
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "loopback_cluster.py"), "--nodes",
+                           nodes if isinstance(nodes, str) else json.dumps(nodes), "--temp-dir", str(tmp_path), "--ready", str(tmp_path / "ready.json")],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
     assert not (tmp_path / "ready.json").exists()
