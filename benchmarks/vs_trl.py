@@ -385,6 +385,9 @@ def coevo_overrides(warm: Path, train: Path, eval_: Path, max_steps: int, target
     ]
 
 
+RAY_START_TIMEOUT = "The current node timed out during startup"
+
+
 def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args, variant: str = "default",
               extra: tuple[str, ...] = ()) -> dict:
     run_dir = work / f"coevo-{variant}-seed{seed}"
@@ -394,13 +397,21 @@ def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args,
     load = LoadSampler()
     load.start()
     t0 = time.perf_counter()
-    with log.open("w") as f:
-        try:
-            rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(), stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    out = {"side": "coevo", "variant": variant, "seed": seed, "command": cmd,
+    # Ray gives a starting node 30 s to register (fixed in ray/_private/node.py): on an overloaded
+    # machine a run can fail there before training starts; such a run is started again (counted).
+    for attempt in range(args.startup_retries + 1):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with log.open("w") as f:
+            try:
+                rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(), stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        if rc == 0 or RAY_START_TIMEOUT not in log.read_text(errors="replace"):
+            break
+        print(f"[coevo:{variant} seed {seed}] Ray did not start in time (attempt {attempt + 1})",
+              file=sys.stderr, flush=True)
+    out = {"side": "coevo", "variant": variant, "seed": seed, "command": cmd, "ray_start_retries": attempt,
            "process_wall_s": time.perf_counter() - t0,
            **load.report()}
     metrics = run_dir / "metrics.jsonl"
@@ -626,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
                         "below --quiet-pct (shared machines)")
     p.add_argument("--quiet-pct", type=float, default=30)
     p.add_argument("--timeout", type=float, default=1200, help="per-run limit, seconds")
+    p.add_argument("--startup-retries", type=int, default=2, metavar="N",
+                   help="start a coevo run again up to N times when Ray's node did not start in time "
+                        "(overloaded machine; default %(default)s)")
     p.add_argument("--label", help="results file suffix (default: <cpus>cpu)")
     p.add_argument("--out", type=Path, help="results JSON (default: benchmarks/results/vs_trl_<label>.json)")
     p.add_argument("--keep", type=Path, help="keep the data files, logs and run directories here")
