@@ -15,9 +15,11 @@ prompt order on both sides, never the warm checkpoint or the data.
     python benchmarks/vs_trl.py --warm ~/.cache/coevo/warmup/<hash>
     python benchmarks/vs_trl.py --warmup-target 0.55       # a warmer start (its own cache entry)
     python benchmarks/vs_trl.py --only coevo -- train.max_staleness=1 algorithm.off_policy=tis
+    python benchmarks/vs_trl.py --variant default seq_mean lr2e-4 "mine=algorithm.lr=3e-4 algorithm.mini_batches=2"
 
-Anything after `--` is passed to `coevo run` after the shared overrides (so it wins), to compare
-coevo configurations against the same TRL baseline.
+coevo's algorithm settings are its default recipe's (which match TRL's below) unless a variant
+(`VARIANTS`, or NAME='key=value ...') changes them; for each seed TRL runs first, then every variant.
+Anything after `--` is passed to every `coevo run` after the shared overrides (so it wins).
 
 Timing, the same on both sides: from the start of the first GRPO step to the end of the held-out
 evaluation that first reaches the target ("incl. eval"), and the same minus every evaluation's
@@ -417,6 +419,8 @@ def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args,
     metrics = run_dir / "metrics.jsonl"
     if rc != 0 or not metrics.is_file():
         out.update(error=f"coevo run exited {rc}", log_tail=log.read_text(errors="replace")[-4000:])
+        if metrics.is_file():  # a run stopped by --timeout: what it learned until then
+            out["partial_curve"] = [{k: r.get(k) for k in CURVE_KEYS if k in r} for r in read_jsonl(metrics)]
         return out
     rows = read_jsonl(metrics)
     summary_path = run_dir / "summary.json"

@@ -4,20 +4,22 @@ must give each variant its own ratio to TRL (no TRL or Ray run here)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_trl.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("vs_trl", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/ is no package: import the script by its folder."""
+    folder = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module("vs_trl")
+    finally:
+        sys.path.remove(folder)
 
 
 def test_every_named_variant_is_a_valid_config_that_changes_what_it_names(bench) -> None:
