@@ -15,9 +15,11 @@ prompt order on both sides, never the warm checkpoint or the data.
     python benchmarks/vs_trl.py --warm ~/.cache/coevo/warmup/<hash>
     python benchmarks/vs_trl.py --warmup-target 0.55       # a warmer start (its own cache entry)
     python benchmarks/vs_trl.py --only coevo -- train.max_staleness=1 algorithm.off_policy=tis
+    python benchmarks/vs_trl.py --variant default seq_mean lr2e-4 "mine=algorithm.lr=3e-4 algorithm.mini_batches=2"
 
-Anything after `--` is passed to `coevo run` after the shared overrides (so it wins), to compare
-coevo configurations against the same TRL baseline.
+coevo's algorithm settings are its default recipe's (which match TRL's below) unless a variant
+(`VARIANTS`, or NAME='key=value ...') changes them; for each seed TRL runs first, then every variant.
+Anything after `--` is passed to every `coevo run` after the shared overrides (so it wins).
 
 Timing, the same on both sides: from the start of the first GRPO step to the end of the held-out
 evaluation that first reaches the target ("incl. eval"), and the same minus every evaluation's
@@ -378,33 +380,47 @@ def coevo_overrides(warm: Path, train: Path, eval_: Path, max_steps: int, target
         f"rollout.max_new_tokens={MAX_NEW_TOKENS}", f"rollout.temperature={TEMPERATURE}",
         "rollout.top_p=1.0", "rollout.top_k=0",
         "rewards=[{name: integer_match}]",
-        "algorithm.advantage=grpo", "algorithm.policy_loss=ppo_clip", f"algorithm.lr={LR}",
-        "algorithm.kl_coef=0.0", "algorithm.mini_batches=1",
+        # the algorithm section is the recipe's (coevo's default) unless a variant sets it
         f"train.stop_at_accuracy={target}", f"train.eval_every={EVAL_EVERY}", f"train.max_steps={max_steps}",
         "train.checkpoint_every=0",  # TRL saves nothing either (coevo still writes its final checkpoint)
         # torch threads: coevo's default (all cores for stages that take turns, split for async)
     ]
 
 
-def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args) -> dict:
-    run_dir = work / f"coevo-seed{seed}"
+RAY_START_TIMEOUT = "The current node timed out during startup"
+
+
+def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args, variant: str = "default",
+              extra: tuple[str, ...] = ()) -> dict:
+    run_dir = work / f"coevo-{variant}-seed{seed}"
     cmd = [*coevo_command(), "run", "--output-dir", str(run_dir), "--seed", str(seed),
-           *coevo_overrides(warm, train, eval_, args.max_steps, args.target), *args.overrides]
-    log = work / f"coevo-seed{seed}.log"
+           *coevo_overrides(warm, train, eval_, args.max_steps, args.target), *extra, *args.overrides]
+    log = work / f"coevo-{variant}-seed{seed}.log"
     load = LoadSampler()
     load.start()
     t0 = time.perf_counter()
-    with log.open("w") as f:
-        try:
-            rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(), stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    out = {"side": "coevo", "seed": seed, "command": cmd, "process_wall_s": time.perf_counter() - t0,
+    # Ray gives a starting node 30 s to register (fixed in ray/_private/node.py): on an overloaded
+    # machine a run can fail there before training starts; such a run is started again (counted).
+    for attempt in range(args.startup_retries + 1):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with log.open("w") as f:
+            try:
+                rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(), stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        if rc == 0 or RAY_START_TIMEOUT not in log.read_text(errors="replace"):
+            break
+        print(f"[coevo:{variant} seed {seed}] Ray did not start in time (attempt {attempt + 1})",
+              file=sys.stderr, flush=True)
+    out = {"side": "coevo", "variant": variant, "seed": seed, "command": cmd, "ray_start_retries": attempt,
+           "process_wall_s": time.perf_counter() - t0,
            **load.report()}
     metrics = run_dir / "metrics.jsonl"
     if rc != 0 or not metrics.is_file():
         out.update(error=f"coevo run exited {rc}", log_tail=log.read_text(errors="replace")[-4000:])
+        if metrics.is_file():  # a run stopped by --timeout: what it learned until then
+            out["partial_curve"] = [{k: r.get(k) for k in CURVE_KEYS if k in r} for r in read_jsonl(metrics)]
         return out
     rows = read_jsonl(metrics)
     summary_path = run_dir / "summary.json"
@@ -432,10 +448,89 @@ def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args)
                    "completion_tokens_per_step_mean": statistics.mean(
                        r.get("samples/response_length", 0) * r.get("samples/count", 0) for r in upto)},
         "resolved_config_yaml": config_yaml,
-        "curve": [{k: r.get(k) for k in ("step", "time_s", "time/step_s", "reward/mean", "eval/accuracy",
-                                         "time/eval_s", "throughput/samples_per_s")} for r in rows],
+        "soundness": soundness(rows),
+        "curve": [{k: r.get(k) for k in CURVE_KEYS if k in r} for r in rows],
     })
     return out
+
+
+CURVE_KEYS = ("step", "time_s", "time/step_s", "reward/mean", "eval/accuracy", "time/eval_s",
+              "throughput/samples_per_s", "train/neg_logprob", "train/kl", "train/clip_frac", "train/grad_norm",
+              "samples/uniform_reward_groups_frac", "train/optimizer_steps")
+
+
+def soundness(rows: list[dict]) -> dict:
+    """Signs of an unsound run: the sampling entropy estimate (the behaviour policy's negative
+    log-likelihood of its samples) at the start and the end, the largest KL and gradient norm."""
+    def first_last(key):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return [vals[0], vals[-1]] if vals else None
+    kl = [r["train/kl"] for r in rows if r.get("train/kl") is not None]
+    grad = [r["train/grad_norm"] for r in rows if r.get("train/grad_norm") is not None]
+    return {"neg_logprob_first_last": first_last("train/neg_logprob"),
+            "uniform_groups_frac_first_last": first_last("samples/uniform_reward_groups_frac"),
+            "kl_max": max(kl, default=None), "grad_norm_max": max(grad, default=None),
+            "skipped_nonfinite": max((r.get("train/skipped_nonfinite", 0) for r in rows), default=0)}
+
+
+# --------------------------------------------------------------------------- variants
+
+# Named coevo configurations, each a difference from coevo's default recipe (its `algorithm` and
+# `train` sections), to find which difference from TRL costs or saves steps. TRL's side is fixed
+# (trl_settings). On-policy with one optimizer step per batch the PPO ratio is exactly 1, so the
+# clip range (clip_eps, clip_eps_high) cannot change a step there; both sides use a constant lr.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "default": (),
+    # TRL's settings spelled out (what the default was when this benchmark was written)
+    "trl_match": ("algorithm.advantage=grpo", "algorithm.policy_loss=ppo_clip", f"algorithm.lr={LR}",
+                  "algorithm.kl_coef=0.0", "algorithm.loss_agg=token_mean", "algorithm.mini_batches=1",
+                  "algorithm.clip_eps=0.2", "algorithm.clip_eps_high=null", "algorithm.off_policy=null",
+                  "train.max_staleness=0"),
+    "seq_mean": ("algorithm.loss_agg=seq_mean_token_mean",),          # GRPO paper; TRL loss_type="grpo"
+    "no_std": ("algorithm.advantage=dr_grpo", "algorithm.loss_agg=token_mean"),  # TRL scale_rewards="none"
+    "kl0.04": ("algorithm.kl_coef=0.04",),                           # GRPO paper's beta (TRL's before 0.19)
+    "lr2e-4": ("algorithm.lr=2e-4",),
+    "lr3e-4": ("algorithm.lr=3e-4",),
+    "mb2": ("algorithm.mini_batches=2",),
+    "async": ("train.max_staleness=1", "algorithm.off_policy=tis"),
+    "async_mb2": ("train.max_staleness=1", "algorithm.off_policy=tis", "algorithm.mini_batches=2"),
+}
+
+
+def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
+    """`NAME` (one of VARIANTS) or `NAME=key=value key=value ...` (a new one)."""
+    import re
+    import shlex
+
+    name, sep, rest = text.partition("=")
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+        raise ValueError(f"--variant {text!r}: the name {name!r} must be letters, digits or _.+- "
+                         "(form: NAME or NAME='key=value ...')")
+    if not sep:
+        if name not in VARIANTS:
+            raise ValueError(f"--variant {text!r}: no variant named {name!r}; known: {', '.join(VARIANTS)} "
+                             "(or define one: NAME='key=value ...')")
+        return name, VARIANTS[name]
+    overrides = tuple(shlex.split(rest))
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise ValueError(f"--variant {text!r}: override {bad[0]!r} is not key=value")
+    return name, overrides
+
+
+def parse_variants(texts: list[str]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for text in texts or ["default"]:
+        name, overrides = parse_variant(text)
+        if name in out:
+            raise ValueError(f"--variant {text!r}: the name {name!r} is given twice")
+        out[name] = overrides
+    return out
+
+
+def run_label(r: dict) -> str:
+    """trl, or coevo:<variant>."""
+    return r["side"] if r["side"] == "trl" else f"coevo:{r.get('variant', 'default')}"
 
 
 # --------------------------------------------------------------------------- report
@@ -469,14 +564,14 @@ def fmt(v, f="{:.1f}") -> str:
 
 
 def table(results: list[dict], target: float) -> str:
-    lines = [f"| side | seed | >= {target:g} | steps | GRPO s to {target:g} (incl. eval) | excl. eval | eval s | samples/s | "
+    lines = [f"| run | seed | >= {target:g} | steps | GRPO s to {target:g} (incl. eval) | excl. eval | eval s | samples/s | "
              "start acc | final acc | load 1-min before / mean during |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['side']} | {r['seed']} | error: {r['error']} |" + " |" * 8)
+            lines.append(f"| {run_label(r)} | {r['seed']} | error: {r['error']} |" + " |" * 8)
             continue
-        lines.append(f"| {r['side']} | {r['seed']} | {fmt(r['reached_target'])} | {r['steps']} | "
+        lines.append(f"| {run_label(r)} | {r['seed']} | {fmt(r['reached_target'])} | {r['steps']} | "
                      f"{fmt(r['wall_incl_eval_s'])} | {fmt(r['wall_excl_eval_s'])} | {fmt(r['eval_s'])} | "
                      f"{fmt(r['samples_per_s'], '{:.0f}')} | {fmt(r['start_accuracy'], '{:.3f}')} | "
                      f"{fmt(r['final_accuracy'], '{:.3f}')} | "
@@ -491,15 +586,15 @@ SUMMARY_KEYS = (("GRPO s to target, incl. eval", "wall_incl_eval_s", "{:.1f}"),
 
 def summarize(results: list[dict], target: float) -> tuple[dict, str]:
     stats: dict = {}
-    for side in [s for s in ("trl", "coevo") if any(r["side"] == s for r in results)]:
-        ok = [r for r in results if r["side"] == side and "error" not in r]
-        s = stats[side] = {"runs": len(ok), "reached": sum(bool(r["reached_target"]) for r in ok),
-                           "errors": sum(1 for r in results if r["side"] == side and "error" in r)}
+    for label in dict.fromkeys(run_label(r) for r in results):
+        ok = [r for r in results if run_label(r) == label and "error" not in r]
+        s = stats[label] = {"runs": len(ok), "reached": sum(bool(r["reached_target"]) for r in ok),
+                            "errors": sum(1 for r in results if run_label(r) == label and "error" in r)}
         for _, key, _ in SUMMARY_KEYS:
             vals = [r[key] for r in ok if r.get(key) is not None]
             if vals:
                 s[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
-    lines = [f"| side | runs (reached {target:g}) | " + " | ".join(h + ": median (min-max)" for h, _, _ in SUMMARY_KEYS) + " |",
+    lines = [f"| run | runs (reached {target:g}) | " + " | ".join(h + ": median (min-max)" for h, _, _ in SUMMARY_KEYS) + " |",
              "|---|---|" + "---:|" * len(SUMMARY_KEYS)]
     for side, s in stats.items():
         cells = []
@@ -507,16 +602,17 @@ def summarize(results: list[dict], target: float) -> tuple[dict, str]:
             v = s.get(key)
             cells.append(f"{f.format(v['median'])} ({f.format(v['min'])}-{f.format(v['max'])})" if v else "-")
         lines.append(f"| {side} | {s['runs']} ({s['reached']}) | " + " | ".join(cells) + " |")
-    ratios = {}
-    for _, key, _ in SUMMARY_KEYS[:3]:
-        t, c = stats.get("trl", {}).get(key), stats.get("coevo", {}).get(key)
-        if t and c and t["median"]:
-            ratios[key] = c["median"] / t["median"]
+    ratios: dict = {}
+    for label in [k for k in stats if k != "trl"]:
+        for _, key, _ in SUMMARY_KEYS:
+            t, c = stats.get("trl", {}).get(key), stats[label].get(key)
+            if t and c and t["median"]:
+                ratios.setdefault(label, {})[key] = c["median"] / t["median"]
     if ratios:
         lines.append("")
-        lines.append("coevo / TRL, ratio of medians: " + ", ".join(
-            f"{h} {ratios[k]:.2f}" for h, k, _ in SUMMARY_KEYS if k in ratios)
-            + " (goal: GRPO time <= 0.50)")
+    for label, r in ratios.items():
+        lines.append(f"{label} / TRL, ratio of medians: " + ", ".join(
+            f"{h} {r[k]:.2f}" for h, k, _ in SUMMARY_KEYS if k in r) + " (goal: GRPO time <= 0.50)")
     if any(not r.get("reached_target", True) for r in results if "error" not in r):
         lines.append(f"runs that did not reach {target:g} count with their time to the step cap")
     stats["ratio_coevo_over_trl"] = ratios
@@ -545,11 +641,21 @@ def main(argv: list[str] | None = None) -> int:
                         "below --quiet-pct (shared machines)")
     p.add_argument("--quiet-pct", type=float, default=30)
     p.add_argument("--timeout", type=float, default=1200, help="per-run limit, seconds")
+    p.add_argument("--startup-retries", type=int, default=2, metavar="N",
+                   help="start a coevo run again up to N times when Ray's node did not start in time "
+                        "(overloaded machine; default %(default)s)")
     p.add_argument("--label", help="results file suffix (default: <cpus>cpu)")
     p.add_argument("--out", type=Path, help="results JSON (default: benchmarks/results/vs_trl_<label>.json)")
     p.add_argument("--keep", type=Path, help="keep the data files, logs and run directories here")
-    p.add_argument("overrides", nargs="*", help="extra coevo run overrides (after --)")
+    p.add_argument("--variant", nargs="+", action="extend", default=[], metavar="NAME[=OVERRIDES]",
+                   help="coevo configurations to run after TRL for every seed: a name from VARIANTS ("
+                        + ", ".join(VARIANTS) + ") or NAME='key=value ...'; default: default")
+    p.add_argument("overrides", nargs="*", help="extra coevo run overrides for every variant (after --)")
     args = p.parse_args(argv)
+    try:
+        variants = parse_variants(args.variant)
+    except ValueError as e:
+        p.error(str(e))
     if args.only != "coevo":
         try:
             import trl  # noqa: F401
@@ -568,44 +674,57 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr, flush=True)
 
     source = coevo_source()
-    results = []
-    sides = [s for s in ("trl", "coevo") if args.only in (None, s)]
+    runs = [("trl", None)] if args.only != "coevo" else []
+    runs += [("coevo", v) for v in variants] if args.only != "trl" else []
+    names = [side if v is None else f"coevo:{v}" for side, v in runs]
+
+    def report(results: list[dict]) -> tuple[str, str]:
+        """Written after every run, so an interrupted invocation keeps what it measured."""
+        md = table(results, args.target)
+        stats, summary_md = summarize(results, args.target)
+        trl_run = next((r for r in results if r["side"] == "trl" and "error" not in r), None)
+        doc = {
+            "benchmark": "vs_trl", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "protocol": {"group_size": GROUP, "prompts_per_step": PROMPTS_PER_STEP, "lr": LR,
+                         "temperature": TEMPERATURE, "max_new_tokens": MAX_NEW_TOKENS, "eval_every": EVAL_EVERY,
+                         "target_accuracy": args.target, "max_steps": args.max_steps, "torch_threads": THREADS,
+                         "seeds": args.seeds, "warm": args.warm, "warmup_target": args.warmup_target,
+                         "order": "interleaved: " + ", ".join(f"{n} seed {x}" for x in args.seeds for n in names)},
+            "warm_checkpoint": str(warm), "warm_info": warm_info, "data": data_info,
+            "coevo_overrides": coevo_overrides(warm, train, eval_, args.max_steps, args.target),
+            "coevo_variants": {k: list(v) for k, v in variants.items()},
+            "coevo_extra_overrides": args.overrides,
+            "trl_version": trl_run["versions"]["trl"] if trl_run else info.get("trl"),
+            "trl_settings": trl_run["trl_settings"] if trl_run else None,
+            "machine": info, "coevo_source": source, "table_markdown": md, "summary_markdown": summary_md,
+            "summary": stats, "complete": len(results) == len(args.seeds) * len(runs), "runs": results,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1, default=str))
+        return md, summary_md
+
+    results: list[dict] = []
     for seed in args.seeds:
-        for side in sides:
-            run = run_trl if side == "trl" else run_coevo
+        for (side, variant), name in zip(runs, names):
             quiet = wait_until_quiet(args.wait_quiet, args.quiet_pct) if args.wait_quiet else {}
-            print(f"[{side} seed {seed}] load {os.getloadavg()[0]:.2f} ...", file=sys.stderr, flush=True)
-            r = {**run(seed, warm, train, eval_, work, args), **quiet}
+            print(f"[{name} seed {seed}] load {os.getloadavg()[0]:.2f} ...", file=sys.stderr, flush=True)
+            if side == "trl":
+                r = run_trl(seed, warm, train, eval_, work, args)
+            else:
+                r = run_coevo(seed, warm, train, eval_, work, args, variant, variants[variant])
+            r.update(quiet)
             results.append(r)
             if "error" in r:
-                print(f"[{side} seed {seed}] FAILED: {r['error']}\n{r.get('log_tail', '')[-2000:]}",
+                print(f"[{name} seed {seed}] FAILED: {r['error']}\n{r.get('log_tail', '')[-2000:]}",
                       file=sys.stderr, flush=True)
             else:
-                print(f"[{side} seed {seed}] steps {r['steps']}  reached {r['reached_target']}  "
+                print(f"[{name} seed {seed}] steps {r['steps']}  reached {r['reached_target']}  "
                       f"{r['wall_incl_eval_s']:.1f}s incl. eval / {r['wall_excl_eval_s']:.1f}s excl.  "
                       f"{r['samples_per_s']:.0f} samples/s  load {r['load_1min_mean']}", file=sys.stderr, flush=True)
+            report(results)
 
-    md = table(results, args.target)
-    stats, summary_md = summarize(results, args.target)
+    md, summary_md = report(results)
     print(md + "\n\n" + summary_md)
-    trl_run = next((r for r in results if r["side"] == "trl" and "error" not in r), None)
-    report = {
-        "benchmark": "vs_trl", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "protocol": {"group_size": GROUP, "prompts_per_step": PROMPTS_PER_STEP, "lr": LR, "temperature": TEMPERATURE,
-                     "max_new_tokens": MAX_NEW_TOKENS, "eval_every": EVAL_EVERY, "target_accuracy": args.target,
-                     "max_steps": args.max_steps, "torch_threads": THREADS, "seeds": args.seeds,
-                     "warm": args.warm, "warmup_target": args.warmup_target,
-                     "order": "interleaved: " + ", ".join(f"{s} seed {x}" for x in args.seeds for s in sides)},
-        "warm_checkpoint": str(warm), "warm_info": warm_info, "data": data_info,
-        "coevo_overrides": coevo_overrides(warm, train, eval_, args.max_steps, args.target),
-        "coevo_extra_overrides": args.overrides,
-        "trl_version": trl_run["versions"]["trl"] if trl_run else info.get("trl"),
-        "trl_settings": trl_run["trl_settings"] if trl_run else None,
-        "machine": info, "coevo_source": source, "table_markdown": md, "summary_markdown": summary_md, "summary": stats,
-        "runs": results,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=str))
     print(f"\nwrote {out}", file=sys.stderr)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
