@@ -9,8 +9,8 @@ Each step, beside GRPO on the policy:
    `spc.variants` erroneous variants of each;
 2. the verifier checks every variant: only those it confirms wrong are played; the others are
    counted by reason (`spc/invalid/*`) and get `spc.invalid_reward`;
-3. the critic judges each played variant and the correct step it came from: it accepts a step when
-   P(yes) >= 0.5;
+3. the critic judges each played variant and (`spc.judge_correct`) each correct step rewritten: it
+   accepts a step when P(yes) >= 0.5;
 4. winner +1, loser -1 (`game_rewards`);
 5. the sneaky learner takes a GRPO step on its variants (a correct step's variants are one group),
    the critic learner a step on its expected game reward, and each publishes to its own pool.
@@ -47,7 +47,7 @@ class SpcConfig(Section):
     # the sneaky generator's reward for a variant the verifier does not confirm wrong (null: left
     # out of its update; counted either way)
     invalid_reward: Optional[float] = -1.0
-    judge_correct: bool = True  # the critic also judges the correct step each game came from
+    judge_correct: bool = True  # the critic also judges the correct steps (else flagging every step wins)
     critic_lr: float = Field(1e-4, gt=0)
     sneaky_lr: float = Field(1e-4, gt=0)
     threshold: float = 0.5  # a response is correct when the accuracy source gives at least this
@@ -231,9 +231,9 @@ class SPC(GRPO):
                                 responses, spc.threshold)
         valid = status == "wrong"
         played = np.nonzero(valid)[0]
-        # the critic's items: every played variant, then (judge_correct) the correct steps they came from
+        # the critic's items: every played variant, then (judge_correct) the correct steps rewritten
         source = np.arange(scored.num_rows) // spc.variants  # generate returns each prompt's samples together
-        originals = sorted(set(source[played].tolist())) if spc.judge_correct else []
+        originals = list(range(len(rows))) if spc.judge_correct else []
         item_prompts = [problems[source[i]] for i in played] + [problems[j] for j in originals]
         item_steps = [responses[i] for i in played] + [steps[j] for j in originals]
         step_correct = np.array([False] * len(played) + [True] * len(originals), bool)
