@@ -40,7 +40,8 @@ SEQ0 = 10 ** 9  # sneaky requests are numbered apart from the policy's
 
 
 class SpcConfig(Section):
-    """SPC's adversarial game (pipelines/spc.py). The critic is the `judge: true` reward source."""
+    """SPC's adversarial game (pipelines/spc.py). The critic is the `judge: true` reward source, in a
+    judge pool of its own whatever judge.shared says."""
     games_per_step: int = Field(16, ge=1)  # correct responses (one per prompt) rewritten per step
     variants: int = Field(4, ge=2)  # erroneous variants per correct response: one GRPO group
     template: str = "{prompt}{response}!{prompt}"  # what the sneaky generator reads
@@ -48,8 +49,8 @@ class SpcConfig(Section):
     # out of its update; counted either way)
     invalid_reward: Optional[float] = -1.0
     judge_correct: bool = True  # the critic also judges the correct steps (else flagging every step wins)
-    critic_lr: float = Field(1e-4, gt=0)
-    sneaky_lr: float = Field(1e-4, gt=0)
+    critic_lr: float = Field(1e-4, gt=0)  # the critic learner's AdamW (the paper: 2e-6 on a 7B model)
+    sneaky_lr: float = Field(1e-4, gt=0)  # the sneaky learner's AdamW
     threshold: float = 0.5  # a response is correct when the accuracy source gives at least this
 
     @field_validator("template")
@@ -68,9 +69,6 @@ class SpcConfig(Section):
         if config.judge.mode != "yes_prob":
             raise ValueError(f"recipe spc: judge.mode {config.judge.mode!r}; the critic's verdict is P(judge.yes), "
                              "set judge.mode: yes_prob")
-        if config.judge.shared:
-            raise ValueError("recipe spc: judge.shared is true, but the critic is its own model in its own pool; "
-                             "set judge.shared: false")
         for role in ("critic_learner", "sneaky_learner"):
             spec = config.roles.get(role)
             if spec is not None and spec.replicas != 1:

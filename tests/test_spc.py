@@ -62,7 +62,6 @@ def test_the_game_starts_from_one_verified_correct_response_per_prompt():
     (["rewards=[{name: correct, fn: integer_match}, {name: c1, judge: true}, {name: c2, judge: true}]"],
      r"rewards has 2: \['c1', 'c2'\]"),
     (["judge.mode=sampled"], "recipe spc: judge.mode 'sampled'; the critic's verdict is P"),
-    (["judge.shared=true"], "recipe spc: judge.shared is true, but the critic is its own model"),
     (["roles.critic_learner.replicas=2"], "roles.critic_learner.replicas=2: recipe spc trains its critic_learner on one rank"),
     (["spc.template='{prompt}!'"], "spc.template must contain {response}"),
     (["spc.variants=1"], "spc.variants"),
@@ -115,8 +114,8 @@ def test_the_sneaky_learner_trains_on_the_game_reward_only():
 def test_spc_plays_the_game_and_resumes_both_players(ray_env, warm_cache, tmp_path) -> None:
     run_dir = tmp_path / "spc"
     # every prompt labelled, so each step has correct responses to start games from
-    args = small(warm_cache, "recipe=spc", "verifier.fraction=1.0", "spc.games_per_step=4", "train.eval_every=2",
-                 "--output-dir", str(run_dir))
+    args = ["spc", *small(warm_cache, "verifier.fraction=1.0", "spc.games_per_step=4", "train.eval_every=2",
+                          "--output-dir", str(run_dir))]
     coevo([*args, "train.max_steps=2"], ray_env, tmp_path)
     final = run_dir / "checkpoints" / "final"
     assert all((final / role / "config.json").is_file() for role in ("critic_learner", "sneaky_learner"))
