@@ -27,6 +27,7 @@ import torch
 from pydantic import Field, field_validator
 
 from actors import batch as B
+from actors.judging import render, verdict_logprobs
 from actors.learner import Learner
 from orchestrator.channels import Channel
 from orchestrator.config import Section, template_fields
@@ -148,10 +149,8 @@ class CriticLearner(Learner):
         self.yes = single_token(self.tokenizer, config.judge.yes, "judge.yes")
         self.no = single_token(self.tokenizer, config.judge.no, "judge.no")
 
-    def play(self, table: pa.Table) -> dict[str, float]:
+    def train_game(self, table: pa.Table) -> dict[str, float]:
         """One optimizer step on the judged steps (`prompt`, `response`, `step_correct`)."""
-        from actors.judging import render, verdict_logprobs
-
         texts = [render(self.config.judge.template, p, r) for p, r in
                  zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
         correct = np.asarray(table.column("step_correct").to_pylist(), bool)
@@ -216,7 +215,6 @@ class SPC(GRPO):
             return out
         picked = batch.take(pa.array(rows))
         problems, steps = picked.column("prompt").to_pylist(), picked.column("response").to_pylist()
-        from actors.judging import render
         prompts = pa.table({"prompt_id": picked.column("prompt_id"),
                             "prompt": [render(spc.template, p, r) for p, r in zip(problems, steps)],
                             "answer": picked.column("answer"), "problem": problems, "original": steps})
@@ -235,8 +233,8 @@ class SPC(GRPO):
         item_prompts = [problems[source[i]] for i in played] + [problems[j] for j in originals]
         item_steps = [responses[i] for i in played] + [steps[j] for j in originals]
         step_correct = np.array([False] * len(played) + [True] * len(originals), bool)
-        out.update({"spc/variants": int(scored.num_rows), "spc/games": int(len(played)),
-                    **{f"spc/invalid/{why}": int((status == why).sum()) for why in ("not_wrong", "unverified", "empty")}})
+        out.update({"spc/variants": int(scored.num_rows), "spc/games": int(len(played))})
+        out.update({f"spc/invalid/{why}": int((status == why).sum()) for why in ("not_wrong", "unverified", "empty")})
         critic_reward = np.full(scored.num_rows, np.nan)
         learning = []
         if len(item_steps):
@@ -264,7 +262,7 @@ class SPC(GRPO):
         return out
 
     async def _learn_critic(self, ctx, items: pa.Table) -> dict:
-        metrics = await ctx.pools["critic_learner"].call("play", items, table=False)
+        metrics = await ctx.pools["critic_learner"].call("train_game", items, table=False)
         await publish(ctx, "critic", metrics["critic/version"])
         return metrics
 

@@ -62,7 +62,8 @@ def test_the_game_starts_from_one_verified_correct_response_per_prompt():
     (["rewards=[{name: correct, fn: integer_match}, {name: c1, judge: true}, {name: c2, judge: true}]"],
      r"rewards has 2: \['c1', 'c2'\]"),
     (["judge.mode=sampled"], "recipe spc: judge.mode 'sampled'; the critic's verdict is P"),
-    (["roles.critic_learner.replicas=2"], "roles.critic_learner.replicas=2: recipe spc trains its critic_learner on one rank"),
+    (["roles.critic_learner.replicas=2"],
+     "roles.critic_learner.replicas=2: recipe spc trains its critic_learner on one rank"),
     (["spc.template='{prompt}!'"], "spc.template must contain {response}"),
     (["spc.variants=1"], "spc.variants"),
     (["spc.gamez=3"], "unknown key 'spc.gamez'"),
@@ -84,11 +85,11 @@ def test_the_critic_learns_from_the_game_reward():
         return yes_probability(critic.model, critic.tokenizer, texts, critic.yes, critic.no, critic.device)
 
     before = p_yes()
-    first = critic.play(table)
+    first = critic.train_game(table)
     # the two kinds weigh half each: E[R] = (-(2 p_wrong - 1) + (2 p_right - 1)) / 2
     assert first["critic/expected_reward"] == pytest.approx(float(before[1] - before[0]), abs=1e-5)
     for _ in range(20):
-        last = critic.play(table)
+        last = critic.train_game(table)
     after = p_yes()
     assert after[0] < before[0] - 0.1 and after[1] > before[1] + 0.1, (before, after)
     assert last["critic/expected_reward"] > first["critic/expected_reward"] and last["critic/version"] == 21
