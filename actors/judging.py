@@ -31,21 +31,26 @@ def yes_probability(model, tokenizer, texts: list[str], yes_id: int, no_id: int,
                     micro_batch: int = 128) -> np.ndarray:
     """P(yes) / (P(yes) + P(no)) for the token after each judge text: one forward pass each."""
     out = np.zeros(len(texts), dtype=np.float32)
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    for start in range(0, len(ids), micro_batch):
-        chunk = ids[start:start + micro_batch]
-        width = max(len(s) for s in chunk)
-        input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(input_ids)
-        for i, s in enumerate(chunk):  # left-padded: every row's next-token logits are at the end
-            input_ids[i, width - len(s):] = torch.tensor(s)
-            mask[i, width - len(s):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                       position_ids=positions.to(device)).logits[:, -1].float()
-        pair = torch.log_softmax(logits[:, [yes_id, no_id]], dim=-1)
-        out[start:start + len(chunk)] = pair[:, 0].exp().cpu().numpy()
+    for start in range(0, len(texts), micro_batch):
+        pair = verdict_logprobs(model, tokenizer, texts[start:start + micro_batch], yes_id, no_id, device)
+        out[start:start + len(pair)] = pair[:, 0].exp().cpu().numpy()
     return out
+
+
+def verdict_logprobs(model, tokenizer, texts: list[str], yes_id: int, no_id: int, device: str) -> torch.Tensor:
+    """log P(yes), log P(no) of the token after each judge text, normalised over the two (rows x 2),
+    with gradients unless the caller turned them off (a critic trains on them)."""
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    width = max(len(s) for s in ids)
+    input_ids = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, s in enumerate(ids):  # left-padded: every row's next-token logits are at the end
+        input_ids[i, width - len(s):] = torch.tensor(s)
+        mask[i, width - len(s):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                   position_ids=positions.to(device)).logits[:, -1].float()
+    return torch.log_softmax(logits[:, [yes_id, no_id]], dim=-1)
 
 
 def parse_scores(judgments: list[str], pattern: str, scale: float) -> tuple[float | None, str | None]:

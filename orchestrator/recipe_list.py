@@ -11,6 +11,7 @@ RECIPE_LINES = {
     "ppo": "PPO with a critic and GAE",
     "dph": "DPH-RL: GRPO plus a JS / forward-KL rehearsal of the initial policy's samples",
     "spark": "SPARK: the policy also trains as its own judge on its verified rollouts, and is rewarded by it",
+    "spc": "SPC: a sneaky generator and a critic play an adversarial game; the critic rewards the policy",
     "self_rewarding": "iterative DPO on the policy's own judgments (Self-Rewarding LM)",
     "self_judged_grpo": "GRPO rewarded by the policy's own online judgment (SSR-Zero-style)",
     "laser": "LaSeR: a last-token self-reward aligned with the verifier where it labels",

@@ -21,6 +21,7 @@ BUILT_IN = {
     "ppo": "pipelines.ppo:PPO",
     "dph": "pipelines.dph:DPH",
     "spark": "pipelines.spark:Spark",
+    "spc": "pipelines.spc:SPC",
     "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
     "laser": "pipelines.laser:Laser",
 }

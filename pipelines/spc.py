@@ -1,0 +1,273 @@
+"""SPC (Chen et al. 2025, "SPC: Evolving Self-Play Critic via Adversarial Games for LLM Reasoning"):
+a sneaky generator and a critic, two copies of the warm policy on two learners of their own, play an
+adversarial game on the policy's verified-correct responses, and the critic is a step verifier in the
+policy's reward (`rewards: [{name: critic, judge: true}]`, its P(judge.yes) read by the judge pool).
+
+Each step, beside GRPO on the policy:
+1. up to `spc.games_per_step` of the batch's verifier-confirmed correct responses (one per prompt)
+   go to the sneaky generator (`spc.template`: the problem and its correct step), which samples
+   `spc.variants` erroneous variants of each;
+2. the verifier checks every variant: only those it confirms wrong are played; the others are
+   counted by reason (`spc/invalid/*`) and get `spc.invalid_reward`;
+3. the critic judges each played variant and (`spc.judge_correct`) each correct step rewritten: it
+   accepts a step when P(yes) >= 0.5;
+4. winner +1, loser -1 (`game_rewards`);
+5. the sneaky learner takes a GRPO step on its variants (a correct step's variants are one group),
+   the critic learner a step on its expected game reward, and each publishes to its own pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import torch
+from pydantic import Field, field_validator
+
+from actors import batch as B
+from actors.judging import render, verdict_logprobs
+from actors.learner import Learner
+from orchestrator.channels import Channel
+from orchestrator.config import Section, template_fields
+from orchestrator.evaluation import auroc
+from orchestrator.recipes import Sources
+from orchestrator.roles import RoleSpec
+from pipelines.grpo import GRPO, publish
+
+GAME = "game"  # the sneaky learner's one reward source: its game reward
+SEQ0 = 10 ** 9  # sneaky requests are numbered apart from the policy's
+
+
+class SpcConfig(Section):
+    """SPC's adversarial game (pipelines/spc.py). The critic is the `judge: true` reward source, in a
+    judge pool of its own whatever judge.shared says."""
+    games_per_step: int = Field(16, ge=1)  # correct responses (one per prompt) rewritten per step
+    variants: int = Field(4, ge=2)  # erroneous variants per correct response: one GRPO group
+    template: str = "{prompt}{response}!{prompt}"  # what the sneaky generator reads
+    # the sneaky generator's reward for a variant the verifier does not confirm wrong (null: left
+    # out of its update; counted either way)
+    invalid_reward: Optional[float] = -1.0
+    judge_correct: bool = True  # the critic also judges the correct steps (else flagging every step wins)
+    critic_lr: float = Field(1e-4, gt=0)  # the critic learner's AdamW (the paper: 2e-6 on a 7B model)
+    sneaky_lr: float = Field(1e-4, gt=0)  # the sneaky learner's AdamW
+    threshold: float = 0.5  # a response is correct when the accuracy source gives at least this
+
+    @field_validator("template")
+    @classmethod
+    def _fields(cls, v: str) -> str:
+        return template_fields(v, "spc.template")
+
+    def cross_check(self, config) -> None:
+        if not config.fn_rewards():
+            raise ValueError("recipe spc needs a verifier reward function (rewards[].fn): it picks the correct "
+                             "responses the game starts from and confirms the sneaky variants wrong")
+        judges = config.judge_rewards()
+        if len(judges) != 1:
+            raise ValueError(f"recipe spc needs exactly one judge reward source, the critic (e.g. {{name: critic, "
+                             f"judge: true, weight: 0.5}}); rewards has {len(judges)}: {[j.name for j in judges]}")
+        if config.judge.mode != "yes_prob":
+            raise ValueError(f"recipe spc: judge.mode {config.judge.mode!r}; the critic's verdict is P(judge.yes), "
+                             "set judge.mode: yes_prob")
+        for role in ("critic_learner", "sneaky_learner"):
+            spec = config.roles.get(role)
+            if spec is not None and spec.replicas != 1:
+                raise ValueError(f"roles.{role}.replicas={spec.replicas}: recipe spc trains its {role} on one rank")
+
+
+def game_rewards(accepts: np.ndarray, step_correct: np.ndarray) -> np.ndarray:
+    """The critic's reward for each judged step: +1 when its verdict is right (it accepts a correct
+    step or flags a wrong one), -1 when not. The sneaky generator's reward for a wrong variant is
+    the negative of the critic's on it: the game is zero-sum."""
+    return np.where(np.asarray(accepts, bool) == np.asarray(step_correct, bool), 1.0, -1.0)
+
+
+def sneaky_rewards(valid: np.ndarray, critic: np.ndarray, invalid_reward: float | None) -> np.ndarray:
+    """The sneaky generator's reward per variant: minus the critic's on a played (valid) variant,
+    `invalid_reward` on one that is not confirmed wrong (NaN: left out of its update)."""
+    other = np.nan if invalid_reward is None else invalid_reward
+    return np.where(np.asarray(valid, bool), -np.asarray(critic, np.float64), other)
+
+
+def variant_status(label: np.ndarray, responses: list[str], threshold: float) -> np.ndarray:
+    """Per variant: "wrong" (played), "not_wrong" (the verifier accepts it), "unverified" (the
+    verifier gave no label) or "empty"."""
+    label = np.asarray(label, np.float64)
+    empty = np.array([r.strip() == "" for r in responses], bool)
+    return np.where(empty, "empty", np.where(np.isnan(label), "unverified",
+                                             np.where(label >= threshold, "not_wrong", "wrong")))
+
+
+def pick_correct(table: pa.Table, label: str, threshold: float, limit: int, rng) -> list[int]:
+    """Rows of up to `limit` prompts' verifier-confirmed correct responses, one per prompt, drawn at
+    random (`rng`) among a prompt's correct responses."""
+    if B.REWARD_PREFIX + label not in table.schema.names:
+        return []
+    values = table.column(B.REWARD_PREFIX + label).to_numpy(zero_copy_only=False).astype(np.float64)
+    ok = ~np.isnan(values) & (values >= threshold)
+    ok &= np.array([r.strip() != "" for r in table.column("response").to_pylist()], bool)
+    prompts = np.asarray(table.column("prompt_id").to_pylist(), dtype=object)
+    chosen = [int(rng.choice(np.nonzero(ok & (prompts == p))[0])) for p in dict.fromkeys(prompts[ok])]
+    if len(chosen) > limit:
+        chosen = sorted(rng.choice(chosen, size=limit, replace=False).tolist())
+    return chosen
+
+
+def batch_auroc(table: pa.Table, critic: str, label: str) -> float | None:
+    """The critic's AUROC against the verifier on the rows the verifier labelled."""
+    names = table.schema.names
+    if B.REWARD_PREFIX + critic not in names or B.REWARD_PREFIX + label not in names:
+        return None
+    score = table.column(B.REWARD_PREFIX + critic).to_numpy(zero_copy_only=False).astype(np.float64)
+    truth = table.column(B.REWARD_PREFIX + label).to_numpy(zero_copy_only=False).astype(np.float64)
+    ok = ~np.isnan(score) & ~np.isnan(truth)
+    return auroc(score[ok], truth[ok] >= 0.5)
+
+
+class SneakyLearner(Learner):
+    """A policy learner whose reward is the game's (`reward.game`), not the run's reward sources."""
+
+    def __init__(self, config, model_source: str | None = None, role: dict | None = None, **kwargs):
+        from actors.rewards.aggregate import Aggregator
+
+        super().__init__(config, model_source, role, **kwargs)
+        self.objective("policy_gradient", "__init__").aggregator = Aggregator({"weights": {GAME: 1.0}}, sources=[GAME])
+
+
+class CriticLearner(Learner):
+    """The critic: its verdict on a step is P(judge.yes) against P(judge.no) after judge.template (the
+    judge pool's read-out). It trains on the expected game reward under that two-way distribution,
+    sum over verdicts v of pi(v | step) R(v) = s (2 P(yes) - 1) with s = +1 for a correct step and
+    -1 for a wrong one: the exact policy gradient of its one-token game, which GRPO on sampled
+    verdicts would estimate. The two kinds of step weigh half each, whatever their counts."""
+
+    def __init__(self, config, model_source: str | None = None, role: dict | None = None, lr: float | None = None):
+        from actors.judging import single_token
+
+        super().__init__(config, model_source, role, objectives=[], lr=lr, reference=False)
+        self.yes = single_token(self.tokenizer, config.judge.yes, "judge.yes")
+        self.no = single_token(self.tokenizer, config.judge.no, "judge.no")
+
+    def train_game(self, table: pa.Table) -> dict[str, float]:
+        """One optimizer step on the judged steps (`prompt`, `response`, `step_correct`)."""
+        texts = [render(self.config.judge.template, p, r) for p, r in
+                 zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
+        correct = np.asarray(table.column("step_correct").to_pylist(), bool)
+        sign = torch.from_numpy(np.where(correct, 1.0, -1.0)).float()
+        counts = {True: int(correct.sum()), False: int((~correct).sum())}
+        kinds = sum(1 for n in counts.values() if n)
+        weight = torch.tensor([1.0 / (kinds * counts[bool(c)]) for c in correct]).float()
+        self.optimizer.zero_grad(set_to_none=True)
+        expected, right = 0.0, 0
+        for start in range(0, len(texts), self.algo.micro_batch_size):
+            rows = slice(start, start + self.algo.micro_batch_size)
+            pair = verdict_logprobs(self.model, self.tokenizer, texts[rows], self.yes, self.no, self.device)
+            value = sign[rows].to(self.device) * (2 * pair[:, 0].exp() - 1)  # expected reward per step
+            (-(weight[rows].to(self.device) * value).sum()).backward()
+            expected += float((weight[rows].to(self.device) * value).sum().detach())
+            right += int(((pair[:, 0] >= pair[:, 1]).cpu().numpy() == correct[rows]).sum())
+        self.clip_grads(self.algo.grad_clip)
+        self.optimizer.step()
+        self.version += 1
+        return {"critic/version": self.version, "critic/expected_reward": expected,
+                "critic/accuracy_before": right / len(texts), "critic/steps_judged": len(texts)}
+
+
+class SPC(GRPO):
+    name = "spc"
+    settings = {"spc": SpcConfig}
+
+    @classmethod
+    def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
+        roles = super().roles(config, sources)
+        spc = getattr(config, "spc", None) or SpcConfig()
+        critic = sources.learners.get("critic_learner", sources.policy)
+        sneaky = sources.learners.get("sneaky_learner", sources.policy)
+        roles["judge"] = RoleSpec("actors.generator:Generator", (critic,), kind="generator", num_cpus=0)
+        roles["sneaky"] = RoleSpec("actors.generator:Generator", (sneaky,), kind="generator", num_cpus=0)
+        roles["critic_learner"] = RoleSpec("pipelines.spc:CriticLearner", (critic,), {"lr": spc.critic_lr},
+                                           kind="learner", num_cpus=0)
+        roles["sneaky_learner"] = RoleSpec("pipelines.spc:SneakyLearner", (sneaky,),
+                                           {"lr": spc.sneaky_lr, "objectives": ["policy_gradient"]},
+                                           kind="learner", num_cpus=0)
+        return roles
+
+    def channels(self, ctx) -> dict:
+        return {"policy": Channel("policy", ctx.pools["policy_learner"], [ctx.pools["generator"]]),
+                "critic": Channel("critic", ctx.pools["critic_learner"], [ctx.pools["judge"]]),
+                "sneaky": Channel("sneaky", ctx.pools["sneaky_learner"], [ctx.pools["sneaky"]])}
+
+    async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
+        policy, game = await asyncio.gather(super().learn(ctx, tables, dump_path), self.play(ctx, tables))
+        return {**policy, **game}
+
+    async def play(self, ctx, tables: list) -> dict:
+        """One round of the game on this batch's correct responses; both players learn from it."""
+        cfg = ctx.config
+        spc, label, critic = cfg.spc, cfg.accuracy_source(), cfg.judge_rewards()[0].name
+        batch = B.concat(list(await asyncio.gather(*tables)))
+        out = {"judge/auroc": batch_auroc(batch, critic, label)}
+        rng = np.random.default_rng([cfg.seed, ctx.step, 29])
+        rows = pick_correct(batch, label, spc.threshold, spc.games_per_step, rng)
+        out["spc/correct_responses"] = len(rows)
+        if not rows:  # nothing verified correct this step: no game, neither player learns
+            return out
+        picked = batch.take(pa.array(rows))
+        problems, steps = picked.column("prompt").to_pylist(), picked.column("response").to_pylist()
+        prompts = pa.table({"prompt_id": picked.column("prompt_id"),
+                            "prompt": [render(spc.template, p, r) for p, r in zip(problems, steps)],
+                            "answer": picked.column("answer"), "problem": problems, "original": steps})
+        variants, _ = await ctx.pools["sneaky"].call("generate", prompts, n=spc.variants, seq=SEQ0 + ctx.step,
+                                                     versioned=True)
+        scored, _ = await ctx.pools["verifier"].call("score", variants)
+        scored = await scored
+        responses = scored.column("response").to_pylist()
+        status = variant_status(scored.column(B.REWARD_PREFIX + label).to_numpy(zero_copy_only=False),
+                                responses, spc.threshold)
+        valid = status == "wrong"
+        played = np.nonzero(valid)[0]
+        # the critic's items: every played variant, then (judge_correct) the correct steps rewritten
+        source = np.arange(scored.num_rows) // spc.variants  # generate returns each prompt's samples together
+        originals = list(range(len(rows))) if spc.judge_correct else []
+        item_prompts = [problems[source[i]] for i in played] + [problems[j] for j in originals]
+        item_steps = [responses[i] for i in played] + [steps[j] for j in originals]
+        step_correct = np.array([False] * len(played) + [True] * len(originals), bool)
+        out.update({"spc/variants": int(scored.num_rows), "spc/games": int(len(played))})
+        out.update({f"spc/invalid/{why}": int((status == why).sum()) for why in ("not_wrong", "unverified", "empty")})
+        critic_reward = np.full(scored.num_rows, np.nan)
+        learning = []
+        if len(item_steps):
+            items = pa.table({"prompt": item_prompts, "response": item_steps, "step_correct": step_correct})
+            judged, _ = await ctx.pools["judge"].call("judge", items, versioned=True)
+            judged = await judged
+            p_yes = judged.column(B.REWARD_PREFIX + critic).to_numpy(zero_copy_only=False).astype(np.float64)
+            accepts = np.nan_to_num(p_yes, nan=0.0) >= 0.5  # a step the critic cannot read is not accepted
+            rewards = game_rewards(accepts, step_correct)
+            critic_reward[played] = rewards[:len(played)]
+            if len(played):
+                out["spc/sneaky_success_rate"] = float(np.mean(accepts[:len(played)]))
+            if len(originals):
+                out["spc/critic_accepts_correct"] = float(np.mean(accepts[len(played):]))
+            out["spc/critic_win_rate"] = float(np.mean(rewards > 0))
+            learning.append(self._learn_critic(ctx, items))
+        sneaky = sneaky_rewards(valid, critic_reward, spc.invalid_reward)
+        keep = ~np.isnan(sneaky)
+        if keep.any():
+            train = scored.filter(pa.array(keep)).append_column(
+                B.REWARD_PREFIX + GAME, pa.array(sneaky[keep], pa.float32()))
+            learning.append(self._learn_sneaky(ctx, train))
+        for metrics in await asyncio.gather(*learning):
+            out.update(metrics)
+        return out
+
+    async def _learn_critic(self, ctx, items: pa.Table) -> dict:
+        metrics = await ctx.pools["critic_learner"].call("train_game", items, table=False)
+        await publish(ctx, "critic", metrics["critic/version"])
+        return metrics
+
+    async def _learn_sneaky(self, ctx, table: pa.Table) -> dict:
+        metrics = await ctx.pools["sneaky_learner"].call("train_step", table, table=False)
+        await publish(ctx, "sneaky", metrics["version"])
+        keep = ("train/", "reward/mean", "samples/", "version")
+        return {f"sneaky/{k}": v for k, v in metrics.items() if k.startswith(keep)}
