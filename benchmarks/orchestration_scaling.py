@@ -55,13 +55,14 @@ def overrides(args, replicas: int, seed: int, transport: str, out: Path) -> list
             "model.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}",
             f"rollout.prompts_per_step={per * replicas}", f"rollout.chunk_prompts={per}",
             f"roles.generator.replicas={replicas}", "roles.generator.resources={gen: 1}",
-            f"weights.transport={transport}", *args.extra, "--output-dir", str(out)]
+            # per-piece scoring scales too (one verifier for 32 generators was a serial tail: docs/elastic.md)
+            f"roles.verifier.replicas={max(1, replicas // args.generators_per_verifier)}",
+            f"weights.transport={transport}", "weights.timeout_s=60", *args.extra, "--output-dir", str(out)]
 
 
 def run_once(args, address: str, replicas: int, seed: int, transport: str, out: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}  # the cluster has no token auth
-    env.update(RAY_ADDRESS=address, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT),
-               COEVO_SYNTH_GEN_S=str(args.gen_s), COEVO_SYNTH_TRAIN_S=str(args.train_s))
+    env.update(RAY_ADDRESS=address, HF_HUB_OFFLINE="1")
     started = time.perf_counter()
     with out.with_suffix(".log").open("w") as f:
         proc = subprocess.run([*COEVO, "run", *overrides(args, replicas, seed, transport, out)], stdout=f,
@@ -99,12 +100,17 @@ def generator_nodes(run: str) -> int:
                 if (a.get("Name") or "").startswith(f"{run}/generator/")})
 
 
-def start_cluster(nodes: int):
+def start_cluster(nodes: int, gen_s: float, train_s: float):
+    os.environ["PYTHONPATH"] = str(ROOT)  # the raylets' workers import benchmarks.synthetic ...
+    # ... and read the synthetic costs from the environment the raylets give them (not the driver's)
+    os.environ.update(COEVO_SYNTH_GEN_S=str(gen_s), COEVO_SYNTH_TRAIN_S=str(train_s))
+    # loopback only: Ray reads this switch at import (as orchestrator.cluster.connect does)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
+    from ray._private import ray_constants
     from ray.cluster_utils import Cluster
 
-    os.environ["PYTHONPATH"] = str(ROOT)  # the raylets' workers import benchmarks.synthetic
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray_constants.ENABLE_RAY_CLUSTER = False
     per = -(-MAX_REPLICAS // nodes)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "node_ip_address": "127.0.0.1", "include_dashboard": False})
@@ -176,47 +182,57 @@ def main() -> None:
     parser.add_argument("--transports", nargs="+", choices=["object_store", "collective"],
                         default=["object_store", "collective"])
     parser.add_argument("--nodes", type=int, default=4, help="fake worker nodes for the generators")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip", type=int, default=3, help="warm-up steps left out")
     parser.add_argument("--gen-s", type=float, default=1.0, help="seconds per generate call")
     parser.add_argument("--train-s", type=float, default=0.25, help="seconds the learner sleeps per step")
     parser.add_argument("--prompts-per-replica", type=int, default=4)
+    parser.add_argument("--generators-per-verifier", type=int, default=8)
+    parser.add_argument("--collective-seeds", type=int, nargs="*", default=[0],
+                        help="seeds that also run weights.transport=collective (each sweep starts 63 actors)")
     parser.add_argument("--label", default="")
     parser.add_argument("--table", type=Path, help="print the table of an existing results file and exit")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args()
     if args.table:
-        print(table(json.loads(args.table.read_text())["results"]))
+        data = json.loads(args.table.read_text())
+        print(table(data["results"]))
+        plot(data["results"], args.table.with_suffix(".png"))
         return
     if max(args.replicas) > MAX_REPLICAS:
         parser.error(f"--replicas: at most {MAX_REPLICAS} (the fake nodes hold {MAX_REPLICAS} generators)")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"orchestration_scaling{args.label}.json"
     results, t0 = [], time.perf_counter()
-    cluster = start_cluster(args.nodes)
+
+    def save() -> None:  # after every run: a sweep cut short keeps what it measured
+        add_efficiency(results)
+        path.write_text(json.dumps({
+            "machine": f"{os.cpu_count()} CPUs {platform.machine()}, "
+                       f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+            "nodes": 1 + args.nodes, "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "total_s": time.perf_counter() - t0, "results": results}, indent=1))
+
+    cluster = start_cluster(args.nodes, args.gen_s, args.train_s)
     try:
         with tempfile.TemporaryDirectory(prefix="orch-scaling-") as tmp:
             for seed in args.seeds:
                 for n in args.replicas:
                     for transport in args.transports:
+                        if transport == "collective" and seed not in args.collective_seeds:
+                            continue
                         out = Path(tmp) / f"r{n}-s{seed}-{transport}"
                         results.append(run_once(args, cluster.address, n, seed, transport, out))
                         print(json.dumps(results[-1]), flush=True)
+                        save()
     finally:
         import ray
 
         ray.shutdown()
         cluster.shutdown()
-    add_efficiency(results)
     print(table(results))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"orchestration_scaling{args.label}.json"
-    path.write_text(json.dumps({"machine": f"{os.cpu_count()} CPUs {platform.machine()}, "
-                                           f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-                                "nodes": 1 + args.nodes, "args": {k: str(v) if isinstance(v, Path) else v
-                                                                  for k, v in vars(args).items()},
-                                "total_s": time.perf_counter() - t0, "results": results}, indent=1))
     plot(results, path.with_suffix(".png"))
     print(f"raw results: {path}\nplot: {path.with_suffix('.png')}")
-
 
 if __name__ == "__main__":
     main()
