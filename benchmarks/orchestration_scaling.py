@@ -70,26 +70,30 @@ def run_once(args, address: str, replicas: int, seed: int, transport: str, out: 
     if proc.returncode:
         raise RuntimeError(f"coevo run ({replicas} replicas, seed {seed}, {transport}) failed, see "
                            f"{out.with_suffix('.log')}")
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    rows = [r for r in rows if "step" in r and "time/step_s" in r]
-    if len(rows) <= args.skip + 1:
-        raise RuntimeError(f"{out}/metrics.jsonl: {len(rows)} step rows, need more than --skip {args.skip} + 1")
-    first, steady = rows[args.skip], rows[args.skip + 1:]
-    samples = sum(r["samples/count"] for r in steady)
-    wall = steady[-1]["time_s"] - first["time_s"]
     summary = json.loads((out / "summary.json").read_text())
-    return {"replicas": replicas, "seed": seed, "transport": transport, "samples_per_s": samples / wall,
-            "step_s": statistics.median(r["time/step_s"] for r in steady),
-            "wall_per_step_s": wall / len(steady),
-            "publish_s": statistics.median(r["time/publish_s"] for r in steady),
-            "publish_s_max": max(r["time/publish_s"] for r in steady),
-            "wait_rollouts_s": statistics.median(r["time/wait_rollouts_s"] for r in steady),
-            "learn_s": statistics.median(r["time/learn_s"] for r in steady),
-            "learner_s": statistics.median(r["time/learner_s"] for r in steady),
-            "samples_per_step": samples / len(steady), "steps_measured": len(steady),
-            "lost": steady[-1]["samples/lost"], "fallbacks": steady[-1].get("channel/policy/fallbacks", 0),
+    return {"replicas": replicas, "seed": seed, "transport": transport, **steady_state(out / "metrics.jsonl", args.skip),
             "startup_s": summary["time/warmup_s"], "run_s": time.perf_counter() - started,
             "nodes_used": generator_nodes(out.name), "load_1min": os.getloadavg()[0]}
+
+
+def steady_state(metrics: Path, skip: int) -> dict:
+    """Throughput and medians over the steps after the first `skip`. samples/s is over wall time
+    between metrics rows (the driver's bookkeeping between steps counts), not the sum of step times."""
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if "time/step_s" in r]
+    if len(rows) < skip + 2:
+        raise ValueError(f"{metrics}: {len(rows)} step rows; a steady state after --skip {skip} warm-up steps "
+                         f"needs at least {skip + 2} (raise --steps)")
+    first, steady = rows[skip], rows[skip + 1:]
+    samples = sum(r["samples/count"] for r in steady)
+    wall = steady[-1]["time_s"] - first["time_s"]
+    median = lambda key: statistics.median(r[key] for r in steady)  # noqa: E731
+    return {"samples_per_s": samples / wall, "step_s": median("time/step_s"), "wall_per_step_s": wall / len(steady),
+            "publish_s": median("time/publish_s"), "publish_s_max": max(r["time/publish_s"] for r in steady),
+            "wait_rollouts_s": median("time/wait_rollouts_s"), "verify_s": median("time/verify_s"),
+            "learn_s": median("time/learn_s"), "learner_s": median("time/learner_s"),
+            "samples_per_step": samples / len(steady), "steps_measured": len(steady),
+            "lost": steady[-1]["samples/lost"], "fallbacks": steady[-1].get("channel/policy/fallbacks", 0)}
 
 
 def generator_nodes(run: str) -> int:
