@@ -4,21 +4,16 @@ transport, and a clear error when a run logged too few steps."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "orchestration_scaling.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("orchestration_scaling", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import orchestration_scaling
+    return orchestration_scaling
 
 
 def write_rows(path: Path, times: list[float], samples: int = 32) -> Path:
