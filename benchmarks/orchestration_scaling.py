@@ -12,7 +12,9 @@ Every run is the real `coevo run` (strict on-policy, train.max_staleness=0, so a
 once every replica holds the version), joining one `ray.cluster_utils.Cluster` on loopback: a head
 (the learner and verifier) and `--nodes` worker nodes whose CPUs and `gen` resource hold an equal
 share of 32 generators (so 32 fill every node). Runs are interleaved: for each seed, every replica
-count, for each `weights.transport`.
+count, for each `weights.transport` (collective only on `--collective-seeds`). Verifiers scale with
+the generators (`--generators-per-verifier`). Budget: a generator actor costs ~6.7 CPU-s to start
+and ~280 MiB, so a 1-to-32 sweep starts 63 of them and 32 need ~9 GiB free.
 
 Measured per run, over the steps after `--skip` warm-up steps:
 - samples/s: samples consumed / wall time between metrics rows (the driver's bookkeeping between
@@ -20,7 +22,7 @@ Measured per run, over the steps after `--skip` warm-up steps:
   transport);
 - publish time (`time/publish_s`): learner export to every replica acknowledging the version.
 
-    python benchmarks/orchestration_scaling.py                       # 1..32 replicas, seeds 0-2, both transports
+    python benchmarks/orchestration_scaling.py                       # 1..32 replicas, seeds 0-2 (collective: seed 0)
     python benchmarks/orchestration_scaling.py --replicas 1 32 --seeds 0 --steps 8
     python benchmarks/orchestration_scaling.py --table benchmarks/results/orchestration_scaling.json
 
