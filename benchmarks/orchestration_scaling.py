@@ -158,8 +158,10 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     counts = sorted({r["replicas"] for r in results})
+    if len(counts) < 2:
+        return  # no curve to draw
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for transport in dict.fromkeys(r["transport"] for r in results):
         rs = [r for r in results if r["transport"] == transport]
         for ax, key in zip(axes, ("samples_per_s", "efficiency", "publish_s")):
@@ -167,8 +169,9 @@ def plot(results: list[dict], path: Path) -> None:
                    for n in counts]
             ax.plot(counts, med, "o-", label=transport)
             ax.scatter([r["replicas"] for r in rs], [r[key] for r in rs], s=8, alpha=0.4)
-    one = statistics.median(r["samples_per_s"] for r in results if r["replicas"] == 1)
-    axes[0].plot(counts, [one * n for n in counts], "k--", label="ideal (linear)")
+    ones = [r["samples_per_s"] for r in results if r["replicas"] == 1]
+    if ones:  # a file of one replica count has no baseline
+        axes[0].plot(counts, [statistics.median(ones) * n for n in counts], "k--", label="ideal (linear)")
     axes[1].axhline(0.9, color="grey", ls=":", label="goal 0.9")
     for ax, title in zip(axes, ("samples/s (steady state)", "efficiency vs linear", "weight publish s (to all replicas)")):
         ax.set_xscale("log", base=2)
