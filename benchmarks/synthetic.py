@@ -17,10 +17,16 @@ import torch
 
 from actors.algorithms.advantages import group_relative, grpo
 from actors.generation.base import Samples
+from actors.weight_transport import node_ip
+from actors.weights import load_state
 
 
 class SleepBackend:
+    """Generation is a sleep; weights are installed for real into the (tiny) model it is given, so a
+    publish costs what it costs with either `weights.transport`."""
+
     def __init__(self, model, tokenizer, device: str = "cpu"):
+        self.model, self.device = model, device
         self.tokenizer, self.rng = tokenizer, np.random.default_rng(0)
         self.vocab = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids]
 
@@ -39,7 +45,11 @@ class SleepBackend:
         return self.tokenizer.batch_decode(np.split(response_ids, np.cumsum(lengths)[:-1]), skip_special_tokens=True)
 
     def load_weights(self, payload, version):
-        pass
+        load_state(self.model, payload, version, where="synthetic generator's model")
+
+    def receive_weights(self, endpoint, link, rank: int, version: int, join: bool = True) -> None:
+        endpoint.receive(link, rank, self.model, version, where="synthetic generator's model", device=self.device,
+                         bind=node_ip(), join=join)
 
 
 @group_relative
