@@ -26,6 +26,20 @@ def single_token(tokenizer, word: str, key: str) -> int:
     return ids[0]
 
 
+def next_token_logits(model, pad_id: int, ids: list[list[int]], device) -> torch.Tensor:
+    """The logits after each token sequence, in one left-padded forward pass (every row's next-token
+    logits are then at the last position)."""
+    width = max(len(s) for s in ids)
+    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, s in enumerate(ids):
+        input_ids[i, width - len(s):] = torch.tensor(s)
+        mask[i, width - len(s):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                 position_ids=positions.to(device)).logits[:, -1].float()
+
+
 @torch.no_grad()
 def yes_probability(model, tokenizer, texts: list[str], yes_id: int, no_id: int, device: str,
                     micro_batch: int = 128) -> np.ndarray:
@@ -33,18 +47,9 @@ def yes_probability(model, tokenizer, texts: list[str], yes_id: int, no_id: int,
     out = np.zeros(len(texts), dtype=np.float32)
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     for start in range(0, len(ids), micro_batch):
-        chunk = ids[start:start + micro_batch]
-        width = max(len(s) for s in chunk)
-        input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(input_ids)
-        for i, s in enumerate(chunk):  # left-padded: every row's next-token logits are at the end
-            input_ids[i, width - len(s):] = torch.tensor(s)
-            mask[i, width - len(s):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                       position_ids=positions.to(device)).logits[:, -1].float()
+        logits = next_token_logits(model, tokenizer.pad_token_id, ids[start:start + micro_batch], device)
         pair = torch.log_softmax(logits[:, [yes_id, no_id]], dim=-1)
-        out[start:start + len(chunk)] = pair[:, 0].exp().cpu().numpy()
+        out[start:start + len(pair)] = pair[:, 0].exp().cpu().numpy()
     return out
 
 
