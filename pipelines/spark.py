@@ -86,9 +86,11 @@ class Spark(GRPO):
         return [spark.objective(config)]
 
     async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
+        import asyncio
+
         metrics = await super().learn(ctx, tables, dump_path)
-        if ctx.config.judge_rewards():
-            metrics["spark/batch_auroc"] = batch_auroc(ctx.config, tables)
+        if ctx.config.judge_rewards():  # the scored pieces (object refs; a few hundred rows)
+            metrics["spark/batch_auroc"] = batch_auroc(ctx.config, list(await asyncio.gather(*tables)))
         return metrics
 
     async def evaluate(self, ctx) -> dict:

@@ -129,3 +129,24 @@ def test_spark_mode_config_errors_are_named(reward_fn) -> None:
         Learner(config, objectives=[{"name": "self_judge", "mode": "x"}])
     with pytest.raises(ValueError, match="spark.first 'AB' is 2 tokens"):
         Learner(config, objectives=[{"name": "self_judge", "mode": "pairwise", "first": "AB"}])
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["pairwise", "reflective"])
+def test_spark_mode_end_to_end(mode, ray_env, warm_cache, tmp_path) -> None:
+    """Two steps with the verifier on half the prompts and the judge filling in for it elsewhere (hot
+    sampling: the warm policy gets nearly every training prompt right, and a pair needs a wrong answer)."""
+    from coevo_cli import coevo, read_metrics, small
+
+    run_dir = tmp_path / mode
+    coevo(small(warm_cache, "recipe=spark", f"spark.mode={mode}", "spark.eval_prompts=8", "verifier.fraction=0.5",
+                "rewards=[{name: correct, fn: integer_match}, {name: judge, judge: true, weight: 0}]",
+                "aggregate.fill={correct: judge}", "rollout.temperature=2.0", "train.max_steps=2", "train.eval_every=2",
+                "--output-dir", str(run_dir)), ray_env, tmp_path)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["self_judge/loss"] > 0 and r["self_judge/examples"] > 0 for r in rows)
+    assert all(0 <= r["reward/judge/mean"] <= 1 and r["reward/correct/filled_frac"] > 0 for r in rows)
+    assert rows[-1]["eval/judge_auroc"] is None or 0 <= rows[-1]["eval/judge_auroc"] <= 1
+    assert "eval/judge_agreement" in rows[-1] and "spark/batch_auroc" in rows[-1]
