@@ -44,7 +44,7 @@ def common(args, seed: int, warm: Path, train: Path, eval_: Path) -> list[str]:
     """What every recipe shares: the warm checkpoint, files, batch shape, optimiser and budget."""
     return [f"seed={seed}", "data.task=null", f"data.path={train}", f"data.eval_path={eval_}",
             "data.prompt_template='{prompt}'", f"model.path={warm}", "warmup.enabled=false",
-            "rollout.prompts_per_step=32", "rollout.samples_per_prompt=8", "rollout.max_new_tokens=5",
+            f"rollout.prompts_per_step={args.prompts}", "rollout.samples_per_prompt=8", "rollout.max_new_tokens=5",
             "algorithm.advantage=grpo", "algorithm.lr=1.0e-4", "algorithm.kl_coef=0.0",
             f"verifier.fraction={args.fraction}", f"train.max_steps={args.steps}",
             f"train.eval_every={args.eval_every}", "train.stop_at_accuracy=null", "train.checkpoint_every=0"]
@@ -120,6 +120,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--prompts", type=int, default=32, help="rollout.prompts_per_step of every run")
+    parser.add_argument("--eval-prompts", type=int, default=64, help="spark.eval_prompts: held-out prompts the "
+                        "judge is measured on")
     parser.add_argument("--fraction", type=float, default=0.25, help="verifier.fraction of every run")
     parser.add_argument("--label", default="")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
@@ -148,8 +151,9 @@ def main() -> None:
             for name in names:
                 config, overrides = RECIPES[name]
                 tag = f"{name}_{seed}"
+                own = [f"spark.eval_prompts={args.eval_prompts}"] if name.startswith("spark") else []
                 try:
-                    run = coevo(config, [*common(args, seed, warm, train, eval_), *overrides, *args.extra],
+                    run = coevo(config, [*common(args, seed, warm, train, eval_), *overrides, *own, *args.extra],
                                 work / tag, work / f"{tag}.log")
                 except RuntimeError as e:  # one failed recipe (say a new one) does not end the comparison
                     log = (work / f"{tag}.log").read_text(errors="replace")[-3000:]
