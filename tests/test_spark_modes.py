@@ -150,3 +150,18 @@ def test_spark_mode_end_to_end(mode, ray_env, warm_cache, tmp_path) -> None:
     assert all(0 <= r["reward/judge/mean"] <= 1 and r["reward/correct/filled_frac"] > 0 for r in rows)
     assert rows[-1]["eval/judge_auroc"] is None or 0 <= rows[-1]["eval/judge_auroc"] <= 1
     assert "eval/judge_agreement" in rows[-1] and "spark/batch_auroc" in rows[-1]
+
+
+def test_judge_scores_count_only_rows_the_verifier_labelled() -> None:
+    """spark/batch_auroc and eval/judge_*: the last row has no verifier label (verifier.fraction)."""
+    import pyarrow as pa
+
+    from pipelines.spark import judge_scores
+
+    config = load_config("spark", ["rewards=[{name: correct, fn: integer_match}, {name: judge, judge: true}]"])
+    table = pa.table({"reward.judge": pa.array([0.9, 0.2, 0.6, 0.1], pa.float32()),
+                      "reward.correct": pa.array([1.0, 0.0, 0.0, None], pa.float32())})
+    out = judge_scores(config, [table.slice(0, 2), table.slice(2)], "eval/judge")
+    assert out["eval/judge_auroc"] == pytest.approx(1.0)  # the correct row outscores both wrong ones
+    assert out["eval/judge_agreement"] == pytest.approx(2 / 3)  # 0.6 > 0.5 calls a wrong answer right
+    assert out["eval/judge_score"] == pytest.approx((0.9 + 0.2 + 0.6) / 3, abs=1e-6)
