@@ -71,22 +71,21 @@ def summarise(run: dict) -> dict:
     acc = evals(rows)
     auroc = [(s, a) for s, _, a in evals(rows, "eval/judge_auroc")]
     batch = [r["spark/batch_auroc"] for r in rows if r.get("spark/batch_auroc") is not None]
-    return {"start_accuracy": run["summary"].get("warm_start/accuracy"),
-            "final_accuracy": acc[-1][2] if acc else None, "best_accuracy": max((a for *_, a in acc), default=None),
+    return {"final_accuracy": acc[-1][2] if acc else None, "best_accuracy": max((a for *_, a in acc), default=None),
             "judge_auroc_first": auroc[0][1] if auroc else None, "judge_auroc_last": auroc[-1][1] if auroc else None,
             "batch_auroc_last10": sum(batch[-10:]) / len(batch[-10:]) if batch else None,
             "wall_s": run["wall_s"], "train_s": run["summary"].get("time/train_s"), "load_avg": run["load_avg"]}
 
 
 def table(runs: dict) -> str:
-    lines = ["| recipe | seeds | warm start | final held-out acc | best | judge AUROC (held-out) first -> last "
-             "| batch AUROC (last 10 steps) | train s |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| recipe | seeds | final held-out acc | best | judge AUROC (held-out) first -> last "
+             "| batch AUROC (last 10 steps) | train s |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, rs in runs.items():
         ok = [summarise(r) for r in rs if "error" not in r]
         if not ok:
             continue
         col = lambda k: median_range([s[k] for s in ok])  # noqa: E731
-        lines.append(f"| {name} | {len(ok)} | {col('start_accuracy')} | {col('final_accuracy')} | {col('best_accuracy')} | "
+        lines.append(f"| {name} | {len(ok)} | {col('final_accuracy')} | {col('best_accuracy')} | "
                      f"{col('judge_auroc_first')} -> {col('judge_auroc_last')} | {col('batch_auroc_last10')} | "
                      f"{col('train_s')} |")
     return "\n".join(lines)
@@ -125,9 +124,17 @@ def main() -> None:
                         "judge is measured on")
     parser.add_argument("--fraction", type=float, default=0.25, help="verifier.fraction of every run")
     parser.add_argument("--label", default="")
+    parser.add_argument("--report", action="store_true", help="only print the table and redraw the plot "
+                        "from the raw results of an earlier (or unfinished) run")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args()
     from vs_trl import export_splits, warm_checkpoint
+
+    if args.report:
+        runs = json.loads((RESULTS / f"self_judges{args.label}.json").read_text())["runs"]
+        print(table(runs))
+        plot(runs, RESULTS / f"self_judges{args.label}.png")
+        return
 
     names = []
     for name in args.recipes:
