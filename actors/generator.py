@@ -37,6 +37,7 @@ class Generator:
         self.config = config.rollout
         self.judge_config = config.judge
         self.judges = [r.name for r in config.judge_rewards()]
+        self.spark = getattr(config, "spark", None)  # recipe spark: its judging format (spark.mode)
         self.laser = config.laser
         self.lasers = [r.name for r in config.laser_rewards()]
         self.laser_token = None
@@ -173,9 +174,16 @@ class Generator:
         responses, r_err = B.decode_texts(table, "response")
         errors = [pe or re or ("empty response" if r == "" else None) for pe, re, r in zip(p_err, r_err, responses)]
         valid = [i for i, e in enumerate(errors) if e is None]
+        groups = table.column("group_id").to_pylist() if "group_id" in table.schema.names else list(range(table.num_rows))
         texts = [judging.render(cfg.template, prompts[i], responses[i]) for i in valid]
         values = np.full(table.num_rows, np.nan, dtype=np.float32)
-        if texts and cfg.mode == "yes_prob":
+        spark = self.spark
+        if texts and spark is not None and spark.mode != "pointwise":  # SPARK's other judging formats
+            values[valid], why = self._spark_judge(spark, [prompts[i] for i in valid], [responses[i] for i in valid],
+                                                   [groups[i] for i in valid])
+            for j, i in enumerate(valid):
+                errors[i] = why[j]
+        elif texts and cfg.mode == "yes_prob":
             tok = backend.tokenizer
             yes = judging.single_token(tok, cfg.yes, "judge.yes")
             no = judging.single_token(tok, cfg.no, "judge.no")
@@ -200,6 +208,22 @@ class Generator:
         for name in self.judges:
             info[f"seconds/{name}"] = info["busy_s"] / max(len(self.judges), 1)
         return B.with_version(table), info
+
+    def _spark_judge(self, spark, prompts: list[str], responses: list[str], groups: list) -> tuple[np.ndarray, list]:
+        from actors import judge_modes, judging
+
+        backend, tok = self.backend, self.backend.tokenizer
+        if spark.mode == "pairwise":
+            first = judging.single_token(tok, spark.first, "spark.first")
+            second = judging.single_token(tok, spark.second, "spark.second")
+            return judge_modes.pairwise_win_rates(backend.model, tok, prompts, responses, groups, spark.pair_template,
+                                                  first, second, spark.opponents, backend.device)
+        yes = judging.single_token(tok, self.judge_config.yes, "judge.yes")
+        no = judging.single_token(tok, self.judge_config.no, "judge.no")
+        texts = judge_modes.reflective_texts(backend.model, tok, spark.reflect_template, spark.verdict_cue, prompts,
+                                             responses, spark.reflect_tokens or self.config.max_new_tokens,
+                                             backend.device)
+        return judging.yes_probability(backend.model, tok, texts, yes, no, backend.device), [None] * len(texts)
 
 
 GeneratorActor = ray.remote(Generator)

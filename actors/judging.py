@@ -26,6 +26,20 @@ def single_token(tokenizer, word: str, key: str) -> int:
     return ids[0]
 
 
+def next_token_logits(model, pad_id: int, ids: list[list[int]], device) -> torch.Tensor:
+    """The logits after each token sequence, in one left-padded forward pass (every row's next-token
+    logits are then at the last position)."""
+    width = max(len(s) for s in ids)
+    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, s in enumerate(ids):
+        input_ids[i, width - len(s):] = torch.tensor(s)
+        mask[i, width - len(s):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                 position_ids=positions.to(device)).logits[:, -1].float()
+
+
 @torch.no_grad()
 def yes_probability(model, tokenizer, texts: list[str], yes_id: int, no_id: int, device: str,
                     micro_batch: int = 128) -> np.ndarray:
@@ -41,15 +55,7 @@ def verdict_logprobs(model, tokenizer, texts: list[str], yes_id: int, no_id: int
     """log P(yes), log P(no) of the token after each judge text, normalised over the two (rows x 2),
     with gradients unless the caller turned them off (a critic trains on them)."""
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    width = max(len(s) for s in ids)
-    input_ids = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(input_ids)
-    for i, s in enumerate(ids):  # left-padded: every row's next-token logits are at the end
-        input_ids[i, width - len(s):] = torch.tensor(s)
-        mask[i, width - len(s):] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                   position_ids=positions.to(device)).logits[:, -1].float()
+    logits = next_token_logits(model, tokenizer.pad_token_id, ids, device)
     return torch.log_softmax(logits[:, [yes_id, no_id]], dim=-1)
 
 

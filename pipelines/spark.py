@@ -1,26 +1,79 @@
 """SPARK (Liu et al. 2025): policy and reward co-evolve in one model. Every RL step, the batch's
-rollouts with their verifier labels also train the policy as a pointwise generative judge (the
-`self_judge` objective on the same learner), and the policy's own judgment is a reward source
-(`rewards: [{name: ..., judge: true}]`), next to the verifier's."""
+rollouts with their verifier labels also train the policy as a generative judge (the `self_judge`
+objective on the same learner), and the policy's own judgment is a reward source
+(`rewards: [{name: ..., judge: true}]`), next to the verifier's or in its place where the verifier
+labels no prompt (`verifier.fraction` with `aggregate.fill`).
+
+`spark.mode` picks the judging format (actors/judge_modes.py): pointwise (P(yes) after the judge
+template), pairwise (which of two responses to one prompt is correct; as a reward, the win rate
+within the group) or reflective (a short greedy reflection, then the yes/no verdict)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal, Optional
 
-from orchestrator.config import Section
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from orchestrator.config import Section, template_fields
 from pipelines.grpo import GRPO
 
 
 class SparkConfig(Section):
     """SPARK's judge training on the policy's own rollouts (actors/objectives/self_judge.py)."""
+    mode: Literal["pointwise", "pairwise", "reflective"] = "pointwise"
     coef: float = Field(0.5, gt=0)  # weight of the judge's cross-entropy in every update
     per_update: int = Field(64, ge=1)  # judge examples per update, from the batch's labelled rollouts
     threshold: float = 0.5  # a response is correct when the first verifier source gives at least this
+    # pairwise: "which is correct, a or b?" -> first | second (one token each)
+    pair_template: str = "{prompt}{a}|{b}?"
+    first: str = "A"
+    second: str = "B"
+    # pairwise reward: each response meets up to 2 x opponents others of its group, both orders
+    # (2 judge passes per pair: about 2 x opponents passes per response, against 1 for pointwise)
+    opponents: int = Field(2, ge=1)
+    # reflective: the judge continues this text greedily (its reflection), then reads the verdict
+    # (judge.yes / judge.no) after the cue; here the reflection re-poses the problem, so the judge
+    # writes its own answer before it judges the response
+    reflect_template: str = "{prompt}{response}|{prompt}"
+    verdict_cue: str = "?"
+    reflect_tokens: Optional[int] = Field(None, gt=0)  # None: rollout.max_new_tokens
+    eval_prompts: int = Field(64, ge=1)  # held-out prompts whose samples measure the judge (eval/judge_auroc)
+
+    @field_validator("pair_template")
+    @classmethod
+    def _pair_fields(cls, v: str) -> str:
+        for field in ("{prompt}", "{a}", "{b}"):
+            if field not in v:
+                raise ValueError(f"spark.pair_template must contain {field}, got {v!r}")
+        return v
+
+    @field_validator("reflect_template")
+    @classmethod
+    def _reflect_fields(cls, v: str) -> str:
+        return template_fields(v, "spark.reflect_template")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "SparkConfig":
+        if self.first == self.second:
+            raise ValueError(f"spark.first and spark.second must differ, both are {self.first!r}")
+        return self
 
     def cross_check(self, config) -> None:
         if not config.fn_rewards():
             raise ValueError("recipe spark labels its judge examples with a verifier reward function "
                              "(rewards[].fn); the config has none")
+        if self.mode == "pairwise" and config.rollout.samples_per_prompt < 2:
+            raise ValueError("spark.mode=pairwise compares responses to one prompt; rollout.samples_per_prompt "
+                             f"is {config.rollout.samples_per_prompt}, it needs at least 2")
+        if self.mode != "pointwise" and config.judge_rewards() and config.judge.mode != "yes_prob":
+            raise ValueError(f"spark.mode={self.mode} reads the judge's verdict-token probabilities; "
+                             f"judge.mode={config.judge.mode} samples numbers instead: set judge.mode=yes_prob")
+
+    def objective(self, config) -> dict:
+        """The self_judge objective's options."""
+        return {"name": "self_judge", **self.model_dump(exclude={"eval_prompts", "opponents"}),
+                "reflect_tokens": self.reflect_tokens or config.rollout.max_new_tokens}
 
 
 class Spark(GRPO):
@@ -30,4 +83,48 @@ class Spark(GRPO):
     @classmethod
     def extra_objectives(cls, config) -> list[dict]:
         spark = getattr(config, "spark", None) or SparkConfig()
-        return [{"name": "self_judge", "coef": spark.coef, "per_update": spark.per_update, "threshold": spark.threshold}]
+        return [spark.objective(config)]
+
+    async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
+        import asyncio
+
+        metrics = await super().learn(ctx, tables, dump_path)
+        if ctx.config.judge_rewards():  # the scored pieces (object refs; a few hundred rows)
+            metrics["spark/batch_auroc"] = batch_auroc(ctx.config, list(await asyncio.gather(*tables)))
+        return metrics
+
+    async def evaluate(self, ctx) -> dict:
+        """Greedy held-out accuracy, and the judge on sampled groups of held-out prompts (a pairwise
+        judge needs several responses to one prompt): eval/judge_auroc, agreement and mean score."""
+        from orchestrator.evaluation import greedy_accuracy, labelled_samples
+
+        out = await greedy_accuracy(ctx)
+        if not ctx.config.judge_rewards():
+            return out
+        prompts = ctx.prompts.eval.slice(0, ctx.config.spark.eval_prompts)
+        table = await labelled_samples(ctx, prompts, -(10_000_000 + ctx.step))
+        judge_pool = ctx.pools.get("judge", ctx.pools["generator"])
+        judged, _ = await judge_pool.call("judge", table, versioned=True)
+        return {**out, **judge_scores(ctx.config, [await judged], "eval/judge")}
+
+
+def judge_scores(config, tables: list, prefix: str) -> dict:
+    """The judge reward against the verifier's labels on the rows both scored: AUROC, agreement at 0.5
+    and the mean score."""
+    from actors import batch as B
+    from orchestrator.evaluation import auroc
+
+    judge, label = B.REWARD_PREFIX + config.judge_rewards()[0].name, B.REWARD_PREFIX + config.accuracy_source()
+    score = np.concatenate([t.column(judge).to_numpy(zero_copy_only=False) for t in tables]).astype(np.float64)
+    truth = np.concatenate([t.column(label).to_numpy(zero_copy_only=False) for t in tables]).astype(np.float64)
+    ok = ~np.isnan(score) & ~np.isnan(truth)
+    if not ok.any():
+        return {f"{prefix}_auroc": None, f"{prefix}_agreement": None, f"{prefix}_score": None}
+    return {f"{prefix}_auroc": auroc(score[ok], truth[ok] >= 0.5),
+            f"{prefix}_agreement": float(np.mean((score[ok] > 0.5) == (truth[ok] >= 0.5))),
+            f"{prefix}_score": float(np.mean(score[ok]))}
+
+
+def batch_auroc(config, tables: list) -> float | None:
+    """The judge reward's AUROC against the verifier on this batch's labelled rows."""
+    return judge_scores(config, tables, "batch")["batch_auroc"]

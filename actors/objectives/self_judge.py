@@ -3,9 +3,15 @@ Framework"): the policy's own rollouts, labelled by the verifier, train the same
 generative judge while it trains as a policy -- a second objective on the same learner, riding along
 the RL step -- and that judge (`rewards: [{name: ..., judge: true}]`) rewards the policy.
 
-Pointwise judging: the judge prompt (judge.template, filled with the prompt and the response) is
-followed by judge.yes for a response the verifier accepts, judge.no otherwise; the loss is the
-cross-entropy of that token against the other, the same read-out the judge reward uses (P(yes))."""
+Each judge example is a text and its right verdict token, against the wrong one; the loss is the
+cross-entropy of the two tokens (the read-out the judge reward uses), per `mode`:
+- pointwise: judge.template filled with (prompt, response) -> judge.yes if the verifier accepts it,
+  judge.no otherwise;
+- pairwise: a correct and a wrong response to one prompt, in both orders (position bias),
+  pair_template -> `first` when response a is the correct one, `second` otherwise;
+- reflective: reflect_template, the judge's own greedy reflection (written with the current
+  weights, no gradient), verdict_cue -> judge.yes / judge.no; only the verdict token is trained.
+The texts are those of actors/judge_modes.py, which the judge reward reads too."""
 
 from __future__ import annotations
 
@@ -16,13 +22,18 @@ import torch
 from actors import batch as B
 from actors.objectives import OBJECTIVES, Objective
 
+MODES = ("pointwise", "pairwise", "reflective")
+
 
 @OBJECTIVES.register("self_judge")
 class SelfJudge(Objective):
     name = "self_judge"
     columns = ("prompt", "response")
 
-    def __init__(self, learner, coef: float = 0.5, per_update: int = 64, threshold: float = 0.5):
+    def __init__(self, learner, coef: float = 0.5, per_update: int = 64, threshold: float = 0.5,
+                 mode: str = "pointwise", pair_template: str = "{prompt}{a}|{b}?", first: str = "A",
+                 second: str = "B", reflect_template: str = "{prompt}{response}|{prompt}", verdict_cue: str = "?",
+                 reflect_tokens: int = 8):
         from actors.judging import single_token
 
         super().__init__(learner)
@@ -32,60 +43,83 @@ class SelfJudge(Objective):
             raise ValueError("the self_judge objective needs a verifier reward function (rewards[].fn) for its labels")
         if not coef > 0 or per_update < 1:
             raise ValueError(f"self_judge needs coef > 0 and per_update >= 1, got {coef!r}, {per_update!r}")
-        self.coef, self.per_update, self.threshold = coef, per_update, threshold
+        if mode not in MODES:
+            raise ValueError(f"self_judge mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.coef, self.per_update, self.threshold, self.mode = coef, per_update, threshold, mode
         self.label = fns[0].name
         self.template = config.judge.template
+        self.pair_template, self.reflect_template, self.cue = pair_template, reflect_template, verdict_cue
+        self.reflect_tokens = reflect_tokens
         tok = learner.tokenizer
-        self.yes = single_token(tok, config.judge.yes, "judge.yes")
-        self.no = single_token(tok, config.judge.no, "judge.no")
-        self.examples: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=bool))
+        if mode == "pairwise":  # verdict tokens: (right when the first listed is correct, the other)
+            self.tokens = (single_token(tok, first, "spark.first"), single_token(tok, second, "spark.second"))
+        else:
+            self.tokens = (single_token(tok, config.judge.yes, "judge.yes"), single_token(tok, config.judge.no, "judge.no"))
+        # units of examples drawn together: one judged response, or a pair's two orders
+        self.units: list[list[tuple[str, str, bool]]] = []
         self._sums = {"loss": 0.0, "right": 0.0, "count": 0.0}
 
     def prepare(self, table: pa.Table, data: dict) -> None:
-        """This batch's judge examples: every response the verifier labelled."""
+        """This batch's judge examples from every response the verifier labelled."""
+        from actors.judge_modes import render_pair
         from actors.judging import render
 
+        self.units = []
         column = B.REWARD_PREFIX + self.label
         if column not in table.schema.names:
-            self.examples = ([], np.zeros(0, dtype=bool))
             return None
         label = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
-        keep = ~np.isnan(label)
+        rows = np.nonzero(~np.isnan(label))[0]
         prompts, responses = table.column("prompt").to_pylist(), table.column("response").to_pylist()
-        texts = [render(self.template, prompts[i], responses[i]) for i in np.nonzero(keep)[0]]
-        self.examples = (texts, label[keep] >= self.threshold)
+        correct = label >= self.threshold
+        if self.mode == "pointwise":
+            self.units = [[(render(self.template, prompts[i], responses[i]), "", correct[i])] for i in rows]
+        elif self.mode == "reflective":  # the reflection is written at the update, by the weights of then
+            self.units = [[(prompts[i], responses[i], correct[i])] for i in rows]
+        else:
+            groups = np.asarray(table.column("group_id").to_pylist() if "group_id" in table.schema.names
+                                else table.column("prompt_id").to_pylist())
+            for g in dict.fromkeys(groups[rows]):
+                members = rows[groups[rows] == g]
+                for c in members[correct[members]]:
+                    for w in members[~correct[members]]:
+                        p = prompts[c]
+                        self.units.append([(render_pair(self.pair_template, p, responses[c], responses[w]), "", True),
+                                           (render_pair(self.pair_template, p, responses[w], responses[c]), "", False)])
         return None
 
     def begin(self, data: dict, rows: torch.Tensor) -> None:
         """coef x the judge's cross-entropy on up to `per_update` of the batch's examples (every rank
         the same ones: the update's gradients are averaged over ranks)."""
-        texts, correct = self.examples
-        if not texts:
+        from actors.judge_modes import reflective_texts
+        from actors.judging import next_token_logits
+
+        if not self.units:
             return
         lrn = self.learner
         rng = np.random.default_rng([lrn.config.seed, lrn.version, int(rows[0]) if len(rows) else 0, 5])
-        pick = rng.choice(len(texts), size=min(self.per_update, len(texts)), replace=False)
-        ids = lrn.tokenizer([texts[i] for i in pick], add_special_tokens=False)["input_ids"]
-        width = max(len(s) for s in ids)
-        input_ids = torch.full((len(ids), width), lrn.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(input_ids)
-        for i, s in enumerate(ids):  # left-padded: the judgment token follows every row's end
-            input_ids[i, width - len(s):] = torch.tensor(s)
-            mask[i, width - len(s):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        dev = lrn.device
-        logits = lrn.model(input_ids=input_ids.to(dev), attention_mask=mask.to(dev),
-                           position_ids=positions.to(dev)).logits[:, -1].float()
-        pair = torch.log_softmax(logits[:, [self.yes, self.no]], dim=-1)
-        target = torch.from_numpy((~correct[pick]).astype(np.int64)).to(dev)  # 0: yes, 1: no
+        size = len(self.units[0])
+        pick = rng.choice(len(self.units), size=min(max(1, self.per_update // size), len(self.units)), replace=False)
+        chosen = [example for i in pick for example in self.units[i]]
+        if self.mode == "reflective":
+            texts = reflective_texts(lrn.model, lrn.tokenizer, self.reflect_template, self.cue,
+                                     [p for p, _, _ in chosen], [r for _, r, _ in chosen], self.reflect_tokens,
+                                     lrn.device)
+        else:
+            texts = [t for t, _, _ in chosen]
+        ids = lrn.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        logits = next_token_logits(lrn.model, lrn.tokenizer.pad_token_id, ids, lrn.device)
+        pair = torch.log_softmax(logits[:, list(self.tokens)], dim=-1)
+        target = torch.tensor([0 if right else 1 for _, _, right in chosen], device=lrn.device)  # 0: first token
         loss = torch.nn.functional.nll_loss(pair, target)
         (self.coef * loss).backward()
-        self._sums["loss"] += float(loss.detach()) * len(pick)
+        self._sums["loss"] += float(loss.detach()) * len(chosen)
         self._sums["right"] += float((pair.argmax(-1) == target).sum())
-        self._sums["count"] += len(pick)
+        self._sums["count"] += len(chosen)
 
     def metrics(self, sums: dict, updates: int) -> dict:
         n = self._sums["count"]
-        out = {"self_judge/loss": self._sums["loss"] / n, "self_judge/accuracy": self._sums["right"] / n} if n else {}
+        out = {"self_judge/loss": self._sums["loss"] / n, "self_judge/accuracy": self._sums["right"] / n,
+               "self_judge/examples": n / max(updates, 1)} if n else {}
         self._sums = {"loss": 0.0, "right": 0.0, "count": 0.0}
         return out

@@ -1,0 +1,83 @@
+"""SPARK's pairwise and reflective judging (Liu et al. 2025), shared by the judge reward (the
+Generator actor) and the judge's training (actors/objectives/self_judge.py), so both read the
+same texts and the same verdict tokens.
+
+- pairwise: "{prompt}{a}|{b}?" -> `first` when response a is the correct one, `second` when b is.
+  As a reward, a response's score is its mean win probability against up to 2 x `opponents` other
+  responses to the same prompt (ring pairs, each judged in both orders against position bias).
+- reflective: the judge first writes a short greedy reflection after "{prompt}{response}|{prompt}"
+  (on this task: its own answer to the problem), then after `cue` gives the yes/no verdict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from actors.judging import next_token_logits, render, yes_probability
+
+
+def render_pair(template: str, prompt: str, a: str, b: str) -> str:
+    return template.replace("{prompt}", prompt).replace("{a}", a).replace("{b}", b)
+
+
+def opponent_pairs(n: int, opponents: int) -> list[tuple[int, int]]:
+    """Unordered pairs (i, i + d mod n), d = 1..opponents: every member of a group of n meets up to
+    2 x opponents others (all n - 1 once 2 x opponents >= n - 1), with n x opponents pairs at most."""
+    pairs = {tuple(sorted((i, (i + d) % n))) for i in range(n) for d in range(1, min(opponents, n - 1) + 1)}
+    return sorted(pairs)
+
+
+def pairwise_win_rates(model, tokenizer, prompts: list[str], responses: list[str], groups: list,
+                       template: str, first: int, second: int, opponents: int, device) -> tuple[np.ndarray, list]:
+    """Each response's mean probability of beating its opponents in its group (NaN with a reason
+    where the group holds no other response). P(i beats j) = (P(first | i, j) + P(second | j, i)) / 2.
+    Cost: 2 forward passes per pair, at most 2 x opponents per response."""
+    n = len(responses)
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    pairs = [(m[a], m[b]) for m in members.values() for a, b in opponent_pairs(len(m), opponents)]
+    texts = [render_pair(template, prompts[i], responses[i], responses[j]) for i, j in pairs]
+    texts += [render_pair(template, prompts[i], responses[j], responses[i]) for i, j in pairs]
+    p_first = yes_probability(model, tokenizer, texts, first, second, device) if pairs else np.zeros(0)
+    wins, meets = np.zeros(n), np.zeros(n)
+    for k, (i, j) in enumerate(pairs):
+        i_wins = (p_first[k] + 1.0 - p_first[len(pairs) + k]) / 2
+        wins[i] += i_wins
+        wins[j] += 1.0 - i_wins
+        meets[i] += 1
+        meets[j] += 1
+    scores = np.where(meets > 0, wins / np.maximum(meets, 1), np.nan).astype(np.float32)
+    errors = [None if meets[i] else "pairwise judging needs another response to the same prompt" for i in range(n)]
+    return scores, errors
+
+
+@torch.no_grad()
+def reflect(model, tokenizer, texts: list[str], max_new_tokens: int, device, micro_batch: int = 128) -> list[str]:
+    """Greedy continuations of `texts` (up to max_new_tokens, cut at EOS): the judge's reflection.
+    A full forward pass per token (a handful of tokens), so it works on any wrapped model."""
+    eos, out = tokenizer.eos_token_id, []
+    for start in range(0, len(texts), micro_batch):
+        ids = tokenizer(texts[start:start + micro_batch], add_special_tokens=False)["input_ids"]
+        new = [[] for _ in ids]
+        done = [False] * len(ids)
+        for _ in range(max_new_tokens):
+            nxt = next_token_logits(model, tokenizer.pad_token_id, [s + t for s, t in zip(ids, new)],
+                                    device).argmax(-1).tolist()
+            for i, t in enumerate(nxt):
+                if not done[i]:
+                    done[i] = t == eos
+                    if not done[i]:
+                        new[i].append(t)
+            if all(done):
+                break
+        out.extend(tokenizer.decode(t) if t else "" for t in new)
+    return out
+
+
+def reflective_texts(model, tokenizer, template: str, cue: str, prompts: list[str], responses: list[str],
+                     max_new_tokens: int, device) -> list[str]:
+    """The judge's full reflect-then-judge texts: template, its reflection, then the verdict cue."""
+    heads = [render(template, p, r) for p, r in zip(prompts, responses)]
+    return [h + r + cue for h, r in zip(heads, reflect(model, tokenizer, heads, max_new_tokens, device))]
