@@ -26,16 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_trl import (EVAL_EVERY, RESULTS, ROOT, LoadSampler, coevo_command, coevo_overrides,  # noqa: E402
-                    coevo_source, export_splits, machine_info, offline_env, read_jsonl, warm_checkpoint)
+from runs import RESULTS, coevo_command, export_splits, read_jsonl, run_logged, warm_checkpoint  # noqa: E402
+from vs_trl import EVAL_EVERY, coevo_overrides, coevo_source, machine_info  # noqa: E402
 
 TARGET = 0.8
 TAIL = 5  # steps averaged for the final entropy and diversity
@@ -76,17 +74,9 @@ def run_method(method: str, seed: int, args, shared: list[str], work: Path) -> d
     cmd = [*coevo_command(), "run", recipe, "--output-dir", str(run_dir), "--seed", str(seed),
            *shared, *overrides, *args.overrides]
     log = work / f"{method}-seed{seed}.log"
-    load = LoadSampler()
-    load.start()
-    t0 = time.perf_counter()
-    with log.open("w") as f:
-        try:
-            rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(), stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
     out = {"method": method, "seed": seed, "recipe": recipe, "overrides": overrides, "command": cmd,
-           "process_wall_s": time.perf_counter() - t0, **load.report()}
+           **run_logged(cmd, log, args.timeout)}
+    rc = out.pop("rc")
     metrics = run_dir / "metrics.jsonl"
     if rc != 0 or not metrics.is_file():
         return {**out, "error": f"coevo run exited {rc}", "log_tail": log.read_text(errors="replace")[-4000:]}
