@@ -12,6 +12,7 @@ greedy held-out accuracy every 5 steps. Runs are interleaved: for seed in seeds,
     python benchmarks/algorithms.py                                  # all methods, seeds 0-2, 150 steps
     python benchmarks/algorithms.py --seeds 0 --steps 10 --label smoke
     python benchmarks/algorithms.py --methods grpo dapo -- algorithm.lr=2e-4   # extra overrides last
+    python benchmarks/algorithms.py --render benchmarks/results/algorithms_a.json algorithms_b.json
 
 Per run: steps and wall time (first step's start to the end of that evaluation) to the first held-out
 accuracy >= 0.8, the best accuracy, the final entropy estimate (`train/neg_logprob`: the sampled tokens'
@@ -154,6 +155,15 @@ def table(runs: list[dict], methods: list[str], target: float = TARGET) -> str:
     return "\n".join(lines)
 
 
+def saved_runs(path: Path) -> list[dict]:
+    """The runs of a results file this script wrote."""
+    try:
+        runs = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"error: {path}: not a results file of benchmarks/algorithms.py ({type(e).__name__}: {e})")
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="Anything after -- is passed to every `coevo run` last (so it wins).")
@@ -164,8 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1800, help="per-run limit, seconds")
     p.add_argument("--label", default="", help="results file suffix: algorithms<label>.json")
     p.add_argument("--keep", type=Path, help="keep the data files, logs and run directories here")
+    p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
+                   help="run nothing: print the table of these results files together (e.g. two halves run apart)")
     p.add_argument("overrides", nargs="*", help="extra coevo run overrides (after --)")
     args = p.parse_args(argv)
+    if args.render:
+        runs = [r for path in args.render for r in saved_runs(path)]
+        print(table(runs, [m for m in METHODS if any(r["method"] == m for r in runs)]))
+        return 0
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="coevo-algorithms-")).resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -59,3 +59,21 @@ def test_table_ranks_by_steps_to_target_then_best_accuracy(bench) -> None:
     assert order == ["fast", "slow", "never_high", "never_low", "broken"]
     assert "0/0 (1 failed)" in lines[-1]
     assert "| 1/1 | 5 |" in lines[0]
+
+
+def test_render_refuses_a_file_that_is_not_its_results(bench, tmp_path) -> None:
+    bad = tmp_path / "other.json"
+    bad.write_text('{"rows": []}')
+    with pytest.raises(SystemExit, match=r"other\.json: not a results file of benchmarks/algorithms.py \(KeyError"):
+        bench.main(["--render", str(bad)])
+
+
+def test_render_prints_the_table_of_two_files_together(bench, tmp_path, capsys) -> None:
+    import json
+
+    for name, method in (("a.json", "grpo"), ("b.json", "dph")):
+        (tmp_path / name).write_text(json.dumps({"runs": [{"method": method, "seed": 0,
+                                                           **bench.score(rows({5: 0.8}))}]}))
+    assert bench.main(["--render", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| grpo |" in out and "| dph |" in out
