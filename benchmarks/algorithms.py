@@ -176,10 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", type=Path, help="keep the data files, logs and run directories here")
     p.add_argument("--render", nargs="+", type=Path, metavar="JSON",
                    help="run nothing: print the table of these results files together (e.g. two halves run apart)")
+    p.add_argument("--at-step", type=int, metavar="N", help="with --render: each run's numbers up to step N")
     p.add_argument("overrides", nargs="*", help="extra coevo run overrides (after --)")
     args = p.parse_args(argv)
     if args.render:
         runs = [r for path in args.render for r in saved_runs(path)]
+        if args.at_step:  # every run's numbers as of that step (runs of different lengths, compared alike)
+            runs = [{**r, **score([c for c in r["curve"] if c["step"] <= args.at_step])} if "curve" in r else r
+                    for r in runs]
         print(table(runs, [m for m in METHODS if any(r["method"] == m for r in runs)]))
         return 0
 

@@ -77,3 +77,13 @@ def test_render_prints_the_table_of_two_files_together(bench, tmp_path, capsys) 
     assert bench.main(["--render", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "| grpo |" in out and "| dph |" in out
+
+
+def test_render_at_step_scores_each_run_up_to_that_step(bench, tmp_path, capsys) -> None:
+    import json
+
+    (tmp_path / "a.json").write_text(json.dumps({"runs": [{"method": "grpo", "seed": 0,
+                                                           **bench.score(rows({5: 0.6, 10: 0.9}))}]}))
+    bench.main(["--render", str(tmp_path / "a.json"), "--at-step", "5"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if "| grpo |" in x)
+    assert "| 0/1 |" in line and "| 0.600 |" in line  # the 0.9 at step 10 is past step 5
