@@ -125,6 +125,7 @@ def median_range(values: list, f: str = "{:.3f}") -> str:
 def table(runs: list[dict], methods: list[str], target: float = TARGET) -> str:
     """One row per method, medians (ranges) over seeds; ranked by steps to the target (runs that do
     not reach it count as never), then by best accuracy."""
+    steps = sorted({r["steps"] for r in runs if "error" not in r})
     rows = []
     for m in methods:
         ok = [r for r in runs if r["method"] == m and "error" not in r]
@@ -139,7 +140,8 @@ def table(runs: list[dict], methods: list[str], target: float = TARGET) -> str:
         rows.append(((steps_key, -best), m, ok, reached, errors))
     rows.sort(key=lambda x: x[0])
     lines = [f"| rank | method | runs reaching {target:g} | steps to {target:g} | s to {target:g} | "
-             "best acc (150 steps) | final acc | entropy start -> end | distinct/group start -> end | run s |",
+             f"best acc ({'/'.join(map(str, steps))} steps) | final acc | "
+             "entropy start -> end | distinct/group start -> end | run s |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rank, (_, m, ok, reached, errors) in enumerate(rows, 1):
         n = f"{len(reached)}/{len(ok)}" + (f" ({errors} failed)" if errors else "")
