@@ -32,10 +32,8 @@ def connect(ray_cfg) -> tuple[str, bool]:
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
-        # address="local": a new cluster even when `ray start` ran on this machine (ray.init() with no
-        # address joins the latest such cluster, someone else's, or hangs on a dead one)
-        ray.init(address="local", num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard,
-                 logging_level=logging.WARNING, dashboard_host="127.0.0.1")
+        ray.init(num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard, logging_level=logging.WARNING,
+                 dashboard_host="127.0.0.1")
     finally:
         if before is None:
             os.environ.pop("PYTHONPATH", None)
