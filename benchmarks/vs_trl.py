@@ -255,8 +255,16 @@ def run_trl(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args) -
     (run_dir / "spec.json").write_text(json.dumps(spec))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--trl-worker", str(run_dir / "spec.json")]
     log = run_dir / "trl.log"
-    out = {"side": "trl", "seed": seed, **run_logged(cmd, log, args.timeout, offline_env(OMP_NUM_THREADS=str(THREADS)))}
-    rc = out.pop("rc")
+    load = LoadSampler()
+    load.start()
+    t0 = time.perf_counter()
+    with log.open("w") as f:
+        try:
+            rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(OMP_NUM_THREADS=str(THREADS)), stdout=f,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    out = {"side": "trl", "seed": seed, "process_wall_s": time.perf_counter() - t0, **load.report()}
     if rc != 0 or not Path(spec["result"]).is_file():
         out.update(error=f"TRL worker exited {rc}", log_tail=log.read_text(errors="replace")[-4000:])
         return out
@@ -287,8 +295,17 @@ def run_coevo(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args)
     cmd = [*coevo_command(), "run", "--output-dir", str(run_dir), "--seed", str(seed),
            *coevo_overrides(warm, train, eval_, args.max_steps, args.target), *args.overrides]
     log = work / f"coevo-seed{seed}.log"
-    out = {"side": "coevo", "seed": seed, "command": cmd, **run_logged(cmd, log, args.timeout)}
-    rc = out.pop("rc")
+    load = LoadSampler()
+    load.start()
+    t0 = time.perf_counter()
+    with log.open("w") as f:
+        try:
+            rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(), stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    out = {"side": "coevo", "seed": seed, "command": cmd, "process_wall_s": time.perf_counter() - t0,
+           **load.report()}
     metrics = run_dir / "metrics.jsonl"
     if rc != 0 or not metrics.is_file():
         out.update(error=f"coevo run exited {rc}", log_tail=log.read_text(errors="replace")[-4000:])
