@@ -93,7 +93,7 @@ METRIC_KEYS = ("reward/mean", "reward/std", "reward/varied/mean", "train/loss", 
                "train/clip_frac", "train/neg_logprob", "train/grad_norm", "train/skipped_nonfinite",
                "train/step_skipped", "train/advantage_abs_mean", "samples/count", "samples/tokens",
                "samples/response_length", "samples/truncated_frac", "samples/uniform_reward_groups_frac",
-               "policy/version_min", "reward/varied/errors", "version")
+               "samples/distinct_per_group", "policy/version_min", "reward/varied/errors", "version")
 
 
 def test_train_step_updates_weights(config, scored):
@@ -419,3 +419,13 @@ def test_rpo_adds_the_chosen_responses_nll_to_the_preference_loss(config):
     assert base["pref/loss"] == pytest.approx(math.log(2), rel=1e-5)
     assert out["pref/chosen_nll"] > 0
     assert out["pref/loss"] == pytest.approx(base["pref/loss"] + 0.5 * out["pref/chosen_nll"], rel=1e-5)
+
+
+def test_distinct_per_group_counts_different_responses_in_each_group():
+    from actors.objectives.rl_metrics import distinct_per_group
+
+    # group 0: [1,2] twice and [1,3] -> 2 distinct; group 1: [5], [5,0], [] -> 3 distinct
+    responses = [[1, 2], [1, 2], [1, 3], [5], [5, 0], []]
+    assert distinct_per_group(responses, [0, 0, 0, 1, 1, 1]) == 2.5
+    assert distinct_per_group(responses, [0] * 6) == 5.0  # one group: 5 different sequences
+    assert distinct_per_group([], []) == 0.0

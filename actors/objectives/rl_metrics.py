@@ -39,6 +39,8 @@ def rl_metrics(learner, table, rewards, groups, outcome, sums, old_lp, r_mask, n
                                                                 pa.string()), "length")).as_py()),
         # groups whose samples all got the same reward carry no group-relative signal
         "samples/uniform_reward_groups_frac": float((lo == hi).float().mean()) if n_groups else 0.0,
+        # diversity: how many different responses a group's samples are (1: the policy has collapsed)
+        "samples/distinct_per_group": distinct_per_group(table.column("response_ids").to_pylist(), groups.tolist()),
         "policy/version_min": int(pc.min(versions).as_py()),
         "policy/staleness_max": learner.version - 1 - int(pc.min(versions).as_py()),
     }
@@ -47,3 +49,11 @@ def rl_metrics(learner, table, rewards, groups, outcome, sums, old_lp, r_mask, n
     if "entropy" in sums:  # with an entropy bonus: the sampling distribution's mean token entropy
         out["train/entropy"] = sums["entropy"] / per_token
     return out
+
+
+def distinct_per_group(responses: list, groups: list[int]) -> float:
+    """The mean over groups of the number of distinct responses (token sequences) in the group."""
+    seen: dict[int, set] = {}
+    for response, group in zip(responses, groups):
+        seen.setdefault(group, set()).add(tuple(response))
+    return sum(len(s) for s in seen.values()) / len(seen) if seen else 0.0
