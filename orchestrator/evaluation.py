@@ -123,3 +123,11 @@ async def labelled_samples(ctx, prompts, seq0: int):
     chunks = ctx.split(prompts, max(1, prompts.num_rows // 64))
     refs = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
     return B.concat(list(await asyncio.gather(*refs)))
+
+
+def labelled_scores(tables: list, score_col: str, label_col: str) -> tuple[np.ndarray, np.ndarray]:
+    """A judge's scores and the verifier's labels (float64) on the rows of `tables` that both scored."""
+    score = np.concatenate([t.column(score_col).to_numpy(zero_copy_only=False) for t in tables]).astype(np.float64)
+    truth = np.concatenate([t.column(label_col).to_numpy(zero_copy_only=False) for t in tables]).astype(np.float64)
+    ok = ~np.isnan(score) & ~np.isnan(truth)
+    return score[ok], truth[ok]

@@ -112,17 +112,15 @@ def judge_scores(config, tables: list, prefix: str) -> dict:
     """The judge reward against the verifier's labels on the rows both scored: AUROC, agreement at 0.5
     and the mean score."""
     from actors import batch as B
-    from orchestrator.evaluation import auroc
+    from orchestrator.evaluation import auroc, labelled_scores
 
     judge, label = B.REWARD_PREFIX + config.judge_rewards()[0].name, B.REWARD_PREFIX + config.accuracy_source()
-    score = np.concatenate([t.column(judge).to_numpy(zero_copy_only=False) for t in tables]).astype(np.float64)
-    truth = np.concatenate([t.column(label).to_numpy(zero_copy_only=False) for t in tables]).astype(np.float64)
-    ok = ~np.isnan(score) & ~np.isnan(truth)
-    if not ok.any():
+    score, truth = labelled_scores(tables, judge, label)
+    if not len(score):
         return {f"{prefix}_auroc": None, f"{prefix}_agreement": None, f"{prefix}_score": None}
-    return {f"{prefix}_auroc": auroc(score[ok], truth[ok] >= 0.5),
-            f"{prefix}_agreement": float(np.mean((score[ok] > 0.5) == (truth[ok] >= 0.5))),
-            f"{prefix}_score": float(np.mean(score[ok]))}
+    return {f"{prefix}_auroc": auroc(score, truth >= 0.5),
+            f"{prefix}_agreement": float(np.mean((score > 0.5) == (truth >= 0.5))),
+            f"{prefix}_score": float(np.mean(score))}
 
 
 def batch_auroc(config, tables: list) -> float | None:

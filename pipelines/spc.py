@@ -31,7 +31,7 @@ from actors.judging import render, verdict_logprobs
 from actors.learner import Learner
 from orchestrator.channels import Channel
 from orchestrator.config import Section, template_fields
-from orchestrator.evaluation import auroc
+from orchestrator.evaluation import auroc, labelled_scores
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
@@ -119,10 +119,8 @@ def batch_auroc(table: pa.Table, critic: str, label: str) -> float | None:
     names = table.schema.names
     if B.REWARD_PREFIX + critic not in names or B.REWARD_PREFIX + label not in names:
         return None
-    score = table.column(B.REWARD_PREFIX + critic).to_numpy(zero_copy_only=False).astype(np.float64)
-    truth = table.column(B.REWARD_PREFIX + label).to_numpy(zero_copy_only=False).astype(np.float64)
-    ok = ~np.isnan(score) & ~np.isnan(truth)
-    return auroc(score[ok], truth[ok] >= 0.5)
+    score, truth = labelled_scores([table], B.REWARD_PREFIX + critic, B.REWARD_PREFIX + label)
+    return auroc(score, truth >= 0.5)
 
 
 class SneakyLearner(Learner):
