@@ -13,8 +13,9 @@ once every replica holds the version), joining one `ray.cluster_utils.Cluster` o
 (the learner and verifier) and `--nodes` worker nodes whose CPUs and `gen` resource hold an equal
 share of 32 generators (so 32 fill every node). Runs are interleaved: for each seed, every replica
 count, for each `weights.transport` (collective only on `--collective-seeds`). Verifiers scale with
-the generators (`--generators-per-verifier`). Budget: a generator actor costs ~6.7 CPU-s to start
-and ~280 MiB, so a 1-to-32 sweep starts 63 of them and 32 need ~9 GiB free.
+the generators: coevo's default, one per 8 (`--generators-per-verifier` sets another share).
+Budget: a generator actor costs ~6.7 CPU-s to start and ~280 MiB, so a 1-to-32 sweep starts 63 of
+them and 32 need ~9 GiB free.
 
 Measured per run, over the steps after `--skip` warm-up steps:
 - samples/s: samples consumed / wall time between metrics rows (the driver's bookkeeping between
@@ -57,8 +58,9 @@ def overrides(args, replicas: int, seed: int, transport: str, out: Path) -> list
             "model.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}",
             f"rollout.prompts_per_step={per * replicas}", f"rollout.chunk_prompts={per}",
             f"roles.generator.replicas={replicas}", "roles.generator.resources={gen: 1}",
-            # per-piece scoring scales too (one verifier for 32 generators was a serial tail: docs/elastic.md)
-            f"roles.verifier.replicas={max(1, replicas // args.generators_per_verifier)}",
+            # verifiers: coevo's default, one per 8 generators (orchestrator.roles.verifier_share), unless given
+            *([f"roles.verifier.replicas={max(1, -(-replicas // args.generators_per_verifier))}"]
+              if args.generators_per_verifier else []),
             f"weights.transport={transport}", "weights.timeout_s=60", *args.extra, "--output-dir", str(out)]
 
 
@@ -196,7 +198,8 @@ def main() -> None:
     parser.add_argument("--gen-s", type=float, default=1.0, help="seconds per generate call")
     parser.add_argument("--train-s", type=float, default=0.25, help="seconds the learner sleeps per step")
     parser.add_argument("--prompts-per-replica", type=int, default=4)
-    parser.add_argument("--generators-per-verifier", type=int, default=8)
+    parser.add_argument("--generators-per-verifier", type=int, default=None, metavar="N",
+                        help="roles.verifier.replicas = ceil(replicas / N) (default: coevo's own default)")
     parser.add_argument("--collective-seeds", type=int, nargs="*", default=[0],
                         help="seeds that also run weights.transport=collective (each sweep starts 63 actors)")
     parser.add_argument("--label", default="")

@@ -85,14 +85,14 @@ def wait_until_quiet(max_wait_s: float, busy_pct: float) -> dict:
 
 # --------------------------------------------------------------------------- TRL side
 
-def trl_settings(seed: int, max_steps: int, updates: int = 1) -> dict:
+def trl_settings(seed: int, max_steps: int, updates: int = 1, lr: float = LR) -> dict:
     """GRPOConfig keyword arguments matching coevo's default GRPO step; with `updates` > 1, each
     generated batch of 256 is split into that many optimizer steps (TRL's steps_per_generation, the
     equivalent of coevo's algorithm.mini_batches)."""
     return dict(
         output_dir="unused",  # replaced by the worker
         seed=seed,
-        learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0,  # coevo: constant lr, no warm-up
+        learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0,  # coevo: constant lr, no warm-up
         optim="adamw_torch", weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
         max_grad_norm=1.0,                       # coevo algorithm.grad_clip
         num_generations=GROUP,
@@ -203,7 +203,7 @@ def trl_worker(spec_path: str) -> int:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
 
-    settings = trl_settings(spec["seed"], spec["max_steps"], spec.get("updates", 1))
+    settings = trl_settings(spec["seed"], spec["max_steps"], spec.get("updates", 1), spec.get("lr", LR))
     settings["output_dir"] = spec["output_dir"]
     args = GRPOConfig(**settings)
     start_acc = greedy_accuracy(model)  # before training; not timed (a check that both evaluations agree)
@@ -247,12 +247,12 @@ def trl_worker(spec_path: str) -> int:
     return 0
 
 
-def run_trl(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args) -> dict:
-    run_dir = work / f"trl-seed{seed}"
+def run_trl(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args, lr: float = LR) -> dict:
+    run_dir = work / f"trl-lr{lr:g}-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = {"seed": seed, "warm": str(warm), "train": str(train), "eval": str(eval_), "threads": THREADS,
             "eval_every": EVAL_EVERY * args.trl_updates, "updates": args.trl_updates,
-            "target": args.target, "max_steps": args.max_steps,
+            "target": args.target, "max_steps": args.max_steps, "lr": lr,
             "output_dir": str(run_dir / "out"), "result": str(run_dir / "result.json")}
     (run_dir / "spec.json").write_text(json.dumps(spec))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--trl-worker", str(run_dir / "spec.json")]
@@ -266,7 +266,7 @@ def run_trl(seed: int, warm: Path, train: Path, eval_: Path, work: Path, args) -
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=args.timeout).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
-    out = {"side": "trl", "seed": seed, "process_wall_s": time.perf_counter() - t0, **load.report()}
+    out = {"side": "trl", "lr": lr, "seed": seed, "process_wall_s": time.perf_counter() - t0, **load.report()}
     if rc != 0 or not Path(spec["result"]).is_file():
         out.update(error=f"TRL worker exited {rc}", log_tail=log.read_text(errors="replace")[-4000:])
         return out
@@ -434,7 +434,9 @@ def parse_variants(texts: list[str]) -> dict[str, tuple[str, ...]]:
 
 def run_label(r: dict) -> str:
     """trl, or coevo:<variant>."""
-    return r["side"] if r["side"] == "trl" else f"coevo:{r.get('variant', 'default')}"
+    if r["side"] == "trl":
+        return "trl" if r.get("lr", LR) == LR else f"trl:lr{r['lr']:g}"
+    return f"coevo:{r.get('variant', 'default')}"
 
 
 # --------------------------------------------------------------------------- report
@@ -507,15 +509,18 @@ def summarize(results: list[dict], target: float) -> tuple[dict, str]:
             cells.append(f"{f.format(v['median'])} ({f.format(v['min'])}-{f.format(v['max'])})" if v else "-")
         lines.append(f"| {side} | {s['runs']} ({s['reached']}) | " + " | ".join(cells) + " |")
     ratios: dict = {}
-    for label in [k for k in stats if k != "trl"]:
-        for _, key, _ in SUMMARY_KEYS:
-            t, c = stats.get("trl", {}).get(key), stats[label].get(key)
-            if t and c and t["median"]:
-                ratios.setdefault(label, {})[key] = c["median"] / t["median"]
+    trl_labels = [k for k in stats if k.startswith("trl")]
+    for label in [k for k in stats if not k.startswith("trl")]:
+        for base in trl_labels:  # "coevo:x" against "trl" keeps its old key; other TRL rates are named
+            name = label if base == "trl" else f"{label} / {base}"
+            for _, key, _ in SUMMARY_KEYS:
+                t, c = stats[base].get(key), stats[label].get(key)
+                if t and c and t["median"]:
+                    ratios.setdefault(name, {})[key] = c["median"] / t["median"]
     if ratios:
         lines.append("")
     for label, r in ratios.items():
-        lines.append(f"{label} / TRL, ratio of medians: " + ", ".join(
+        lines.append(f"{label if ' / ' in label else label + ' / TRL'}, ratio of medians: " + ", ".join(
             f"{h} {r[k]:.2f}" for h, k, _ in SUMMARY_KEYS if k in r) + " (goal: GRPO time <= 0.50)")
     if any(not r.get("reached_target", True) for r in results if "error" not in r):
         lines.append(f"runs that did not reach {target:g} count with their time to the step cap")
@@ -531,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog="Anything after -- is passed to `coevo run` as extra key=value overrides.")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--only", choices=("trl", "coevo"), help="run one side only")
+    p.add_argument("--trl-lr", type=float, nargs="+", default=[LR], metavar="LR",
+                   help="TRL learning rates, one TRL run each per seed (default: %(default)s); compare a tuned "
+                        "coevo learning rate with TRL at the same rate")
     p.add_argument("--warm", help="warm checkpoint (HF directory); default: the default recipe's cached warm-up")
     p.add_argument("--warmup-target", type=float, metavar="ACC",
                    help="without --warm: the default recipe's warm-up run to this held-out accuracy instead of "
@@ -578,9 +586,9 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr, flush=True)
 
     source = coevo_source()
-    runs = [("trl", None)] if args.only != "coevo" else []
+    runs = [("trl", lr) for lr in args.trl_lr] if args.only != "coevo" else []
     runs += [("coevo", v) for v in variants] if args.only != "trl" else []
-    names = [side if v is None else f"coevo:{v}" for side, v in runs]
+    names = [("trl" if v == LR else f"trl:lr{v:g}") if side == "trl" else f"coevo:{v}" for side, v in runs]
 
     def report(results: list[dict]) -> tuple[str, str]:
         """Written after every run, so an interrupted invocation keeps what it measured."""
@@ -613,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
             quiet = wait_until_quiet(args.wait_quiet, args.quiet_pct) if args.wait_quiet else {}
             print(f"[{name} seed {seed}] load {os.getloadavg()[0]:.2f} ...", file=sys.stderr, flush=True)
             if side == "trl":
-                r = run_trl(seed, warm, train, eval_, work, args)
+                r = run_trl(seed, warm, train, eval_, work, args, lr=variant)
             else:
                 r = run_coevo(seed, warm, train, eval_, work, args, variant, variants[variant])
             r.update(quiet)

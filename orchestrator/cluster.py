@@ -65,7 +65,7 @@ def check_resources(config, roles: dict, local: bool) -> None:
 
     want = {"CPU": 0.0, "GPU": 0.0}
     for name, spec in roles.items():
-        spec = resolve(spec, config.roles.get(name))
+        spec = resolve(spec, config.roles.get(name), config)
         want["CPU"] += spec.replicas * spec.num_cpus
         want["GPU"] += spec.replicas * spec.num_gpus
         for key, amount in spec.resources.items():
@@ -96,7 +96,7 @@ def _elastic_room(config, roles: dict, want: dict, have: dict) -> None:
     from orchestrator.roles import resolve
 
     for name, spec in roles.items():
-        spec = resolve(spec, config.roles.get(name))
+        spec = resolve(spec, config.roles.get(name), config)
         if not spec.elastic:
             continue
         need = {"CPU": spec.num_cpus, "GPU": spec.num_gpus, **spec.resources}

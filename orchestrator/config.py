@@ -235,7 +235,8 @@ class ReplicaRole(Section):
     """Resources of one named role: a pool of Ray actors."""
     # independent replicas; a learner's are the ranks of one torch.distributed group (docs/learners.md).
     # {min, max}: an elastic pool (not for learners) that the loop grows while the role is the
-    # bottleneck and shrinks when replicas sit idle (docs/elastic.md)
+    # bottleneck and shrinks when replicas sit idle (docs/elastic.md). A verifier left unset gets
+    # one replica per 8 of the generator's (docs/elastic.md)
     replicas: Annotated[int, Field(ge=1)] | ReplicaRange = 1
     # elastic pools: a replica idle this long is released (down to min)
     idle_timeout_s: float = Field(60.0, gt=0)

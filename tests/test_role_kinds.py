@@ -52,3 +52,21 @@ def test_a_learner_named_critic_runs_as_ranks_and_a_class_that_cannot_is_named(t
     with pytest.raises(RoleError, match=r"roles.critic.replicas=2: Generator \(actors.generator:Generator\) "
                                         r"cannot run as ranks of a group \(it has no rendezvous\)"):
         build_pools({"critic": RoleSpec("actors.generator:Generator", kind="learner")}, cfg)
+
+
+def test_verifiers_default_to_one_per_eight_generators_unless_set() -> None:
+    from orchestrator.recipes import Sources, policy_roles
+
+    def verifiers(*overrides: str) -> RoleSpec:
+        cfg = load_config(None, list(overrides))
+        return resolve(policy_roles(Sources())["verifier"], cfg.roles.get("verifier"), cfg)
+
+    assert verifiers().replicas == 1  # generators left at the recipe's default
+    assert verifiers("roles.generator.replicas=8").replicas == 1
+    v = verifiers("roles.generator.replicas=32")
+    assert (v.replicas, v.min_replicas, v.max_replicas, v.elastic) == (4, 4, 4, False)
+    assert "one per 8 generator replicas" in v.note
+    assert verifiers("roles.generator.replicas=9").replicas == 2
+    assert verifiers("roles.generator.replicas={min: 1, max: 20}").replicas == 3  # an elastic pool's most
+    assert verifiers("roles.generator.replicas=32", "roles.verifier.replicas=1").replicas == 1  # the user's
+    assert verifiers("roles.generator.replicas=32", "roles.verifier.num_cpus=1").num_cpus == 1

@@ -63,3 +63,11 @@ def test_summary_gives_each_variant_its_ratio_to_trl(bench) -> None:
     assert ratios["coevo:b"]["steps"] == pytest.approx(50 / 50)
     assert "coevo:a / TRL, ratio of medians: GRPO s to target, incl. eval 0.25" in md
     assert "| coevo:b | 2 (2) |" in md
+    # TRL at another learning rate is its own baseline: each coevo variant gets a named ratio to it too
+    results += [{**run("trl", 0, 20.0, 80), "lr": 3e-4}, {**run("trl", 1, 40.0, 100), "lr": 3e-4}]
+    stats, md = bench.summarize(results, 0.8)
+    ratios = stats["ratio_coevo_over_trl"]
+    assert ratios["coevo:a"]["wall_incl_eval_s"] == pytest.approx(5.0 / 20.0)  # still against TRL at its lr
+    assert ratios["coevo:a / trl:lr0.0003"]["wall_incl_eval_s"] == pytest.approx(5.0 / 30.0)
+    assert "coevo:a / trl:lr0.0003, ratio of medians: GRPO s to target, incl. eval 0.17" in md
+    assert "| trl:lr0.0003 | 2 (2) |" in md
