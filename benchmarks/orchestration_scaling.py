@@ -96,6 +96,8 @@ def steady_state(metrics: Path, skip: int) -> dict:
             "publish_s": median("time/publish_s"), "publish_s_max": max(r["time/publish_s"] for r in steady),
             "wait_rollouts_s": median("time/wait_rollouts_s"), "verify_s": median("time/verify_s"),
             "learn_s": median("time/learn_s"), "learner_s": median("time/learner_s"),
+            "driver_cpu_s": statistics.median(r["time/driver_cpu_s"] for r in steady) if "time/driver_cpu_s" in steady[0]
+            else None,  # the loop's own CPU per step (metrics before it existed lack it)
             "samples_per_step": samples / len(steady), "steps_measured": len(steady),
             "lost": steady[-1]["samples/lost"], "fallbacks": steady[-1].get("channel/policy/fallbacks", 0)}
 
@@ -142,15 +144,16 @@ def table(results: list[dict]) -> str:
             return "-"
         return f"{fmt.format(statistics.median(vals))} ({fmt.format(min(vals))}-{fmt.format(max(vals))})"
 
-    lines = ["| transport | replicas | samples/s | efficiency | step s (median) | publish s | wait rollouts s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| transport | replicas | samples/s | efficiency | step s (median) | publish s | wait rollouts s "
+             "| driver CPU s per step |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for transport in dict.fromkeys(r["transport"] for r in results):
         for n in sorted({r["replicas"] for r in results}):
             rs = [r for r in results if r["transport"] == transport and r["replicas"] == n]
             if rs:
                 lines.append(f"| {transport} | {n} | {cell(rs, 'samples_per_s', '{:.0f}')} | "
                              f"{cell(rs, 'efficiency', '{:.3f}')} | {cell(rs, 'step_s', '{:.3f}')} | "
-                             f"{cell(rs, 'publish_s', '{:.3f}')} | {cell(rs, 'wait_rollouts_s', '{:.3f}')} |")
+                             f"{cell(rs, 'publish_s', '{:.3f}')} | {cell(rs, 'wait_rollouts_s', '{:.3f}')} | "
+                             f"{cell(rs, 'driver_cpu_s', '{:.3f}')} |")
     return "\n".join(lines)
 
 

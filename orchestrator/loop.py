@@ -86,6 +86,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
     health = RewardHealth({r.name: r.fn or r.name for r in cfg.fn_rewards() + cfg.process_rewards()},
                           cfg.verifier.max_failed_steps)
     colocated = cfg.rollout.vllm_sleep_level > 0  # strict on-policy only (the config refuses it with k > 0)
+    cpu_mark = time.process_time()  # the driver's own CPU per step: what a bigger cluster cannot spread
     try:
         while ctx.step < cfg.train.max_steps and not ctx.stop_requested:
             step = ctx.step + 1
@@ -109,6 +110,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             row = {"step": step, "time_s": round(ctx.elapsed(), 3), **metrics,
                    "time/wait_rollouts_s": t_take - t0, "time/score_batch_s": t_score - t_take,
                    "time/learn_s": t_learn - t_score, "time/step_s": step_s,
+                   "time/driver_cpu_s": time.process_time() - cpu_mark,
                    "time/generate_s": _piece_time(pieces, "generate_s", ctx, "generator"),
                    "time/verify_s": _piece_time(pieces, "verify_s", ctx, "verifier"),
                    "throughput/samples_per_s": samples / step_s,
@@ -147,6 +149,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 ctx.last_eval_step = step
                 row["time/eval_s"] = time.perf_counter() - mark
             ctx.metrics.log(row)
+            cpu_mark = time.process_time()
             ctx.metrics.export(ctx, row, pieces)
             if row.get("eval/accuracy") is not None:
                 last_acc = (row["eval/accuracy"], step)

@@ -44,6 +44,7 @@ def test_grpo_run_writes_run_dir_and_resumes(ray_env, warm_cache, tmp_path) -> N
         assert 0.0 <= row["reward/mean"] <= 1.0 and row["throughput/tokens_per_s"] > 0
         assert row["samples/lost"] == 0 and row["samples/consumed"] == 32 * row["step"]
         assert row["version"] == row["step"] == row["channel/policy/version"]
+        assert 0 < row["time/driver_cpu_s"] < row["time_s"]  # the loop's own CPU, a share of the wall time
     assert [r["step"] for r in rows if "eval/accuracy" in r] == [3, 6]
     assert all(r1["time_s"] < r2["time_s"] for r1, r2 in zip(rows, rows[1:]))
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
