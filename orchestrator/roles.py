@@ -208,7 +208,8 @@ class Pool:
 
     def describe(self) -> str | None:
         """A line for the run's start, where the role is more than a plain pool."""
-        return f"{self.name}: {self.spec.replicas} replicas ({self.spec.note})" if self.spec.note else None
+        note = self.spec.note.replace("roles.<name>", f"roles.{self.name}")
+        return f"{self.name}: {self.spec.replicas} replicas ({note})" if note else None
 
     @property
     def handles(self) -> list:

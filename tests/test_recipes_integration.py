@@ -21,6 +21,7 @@ def write_pairs(path, n: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # ~1 min: the main suite stays near 15 minutes; CI's long stage runs it
 def test_reward_model_from_pairs_then_as_a_reward_source(ray_env, warm_cache, tmp_path) -> None:
     write_pairs(tmp_path / "pairs.jsonl", 300)
     rm_dir = tmp_path / "rm"
@@ -87,6 +88,7 @@ def resume_needs_no_cache(run_dir, rm_dir, ray_env, tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # ~1 min: the main suite stays near 15 minutes; CI's long stage runs it
 def test_cooper_trains_both_models_one_reward_model_version_per_batch(ray_env, warm_cache, tmp_path) -> None:
     run_dir = tmp_path / "cooper"
     coevo(small(warm_cache, "recipe=cooper", "rewards=[{name: rm, model: auto}, {name: correct, fn: integer_match, weight: 0}]",

@@ -52,6 +52,7 @@ def test_cream_consistency_is_kendalls_tau_in_zero_one():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # ~1 min: the main suite stays near 15 minutes; CI's long stage runs it
 def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_path) -> None:
     run_dir = tmp_path / "sr"
     args = small(warm_cache, "recipe=self_rewarding", "rewards=[{name: judge, judge: true}, "
@@ -77,6 +78,7 @@ def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.long  # ~1 min: the main suite stays near 15 minutes; CI's long stage runs it
 def test_laser_self_reward(ray_env, warm_cache, tmp_path) -> None:
     laser = tmp_path / "laser"
     laser_args = ["recipe=laser", "rewards=[{name: correct, fn: integer_match}, {name: self, laser: true, weight: 0}]",
