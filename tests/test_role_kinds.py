@@ -66,6 +66,12 @@ def test_verifiers_default_to_one_per_eight_generators_unless_set() -> None:
     v = verifiers("roles.generator.replicas=32")
     assert (v.replicas, v.min_replicas, v.max_replicas, v.elastic) == (4, 4, 4, False)
     assert "one per 8 generator replicas" in v.note
+    from types import SimpleNamespace
+
+    from orchestrator.roles import Pool
+    assert Pool.describe(SimpleNamespace(name="verifier", spec=v)) == (  # the run's start says why
+        "verifier: 4 replicas (one per 8 generator replicas; set roles.verifier.replicas to choose)")
+    assert Pool.describe(SimpleNamespace(name="verifier", spec=verifiers())) is None
     assert verifiers("roles.generator.replicas=9").replicas == 2
     assert verifiers("roles.generator.replicas={min: 1, max: 20}").replicas == 3  # an elastic pool's most
     assert verifiers("roles.generator.replicas=32", "roles.verifier.replicas=1").replicas == 1  # the user's
