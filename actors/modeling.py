@@ -24,6 +24,27 @@ SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
 
 
+def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict:
+    """The KV cache as forward's keyword: transformers 5.24 renamed `past_key_values` to `cache`
+    (the old name warns in every call and goes in 5.40); older versions know only the old one."""
+    inner = getattr(model, "module", model)  # a DDP wrapper's forward takes **kwargs
+    name = _CACHE_KWARG.get(type(inner))
+    if name is None:
+        import inspect
+        name = _CACHE_KWARG[type(inner)] = ("cache" if "cache" in inspect.signature(inner.forward).parameters
+                                            else "past_key_values")
+    return {name: cache}
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache a forward with use_cache=True returned, under either name (cache_kwargs)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+_CACHE_KWARG: dict[type, str] = {}
+
+
 def char_tokenizer() -> PreTrainedTokenizerFast:
     """One token per character, built locally (no hub)."""
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}

@@ -17,6 +17,7 @@ import pyarrow as pa
 import torch
 
 from actors import batch as B
+from actors.modeling import cache_kwargs, output_cache
 from actors.weight_transport import Endpoint, Link, WeightTransportError, node_ip
 from actors.weights import export_state
 
@@ -282,10 +283,10 @@ class Trainable:
                            position_ids=positions[first, :p_width].to(dev), use_cache=True)
             response = prompt.logits[:, -1:][inverse.to(dev)]  # predicts each response's first token
             if ids[:, p_width:end].shape[1] > 0:
-                cache = prompt.past_key_values
+                cache = output_cache(prompt)
                 cache.batch_select_indices(inverse.to(dev))
                 rest = model(input_ids=ids[:, p_width:end].to(dev), attention_mask=mask[:, :end].to(dev),
-                             position_ids=positions[:, p_width:end].to(dev), past_key_values=cache).logits
+                             position_ids=positions[:, p_width:end].to(dev), **cache_kwargs(model, cache)).logits
                 response = torch.cat([response, rest], dim=1)
         if not after:
             return response[:, :ids.shape[1] - p_width]

@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from actors import batch as B  # noqa: E402
 from actors.distributed import Ranks, free_port  # noqa: E402
+from actors.modeling import cache_kwargs, output_cache  # noqa: E402
 from orchestrator.config import validate_config  # noqa: E402
 
 # random-init Qwen2 shapes (the char tokenizer's ~100-token vocabulary, tied embeddings)
@@ -114,10 +115,10 @@ def bare_logprobs(model, t: dict, mb: torch.Tensor, samples: int, device: str, s
         first = slice(None, None, samples)
         out = model(input_ids=p_ids[first], attention_mask=mask[first, :width], position_ids=pos[first, :width],
                     use_cache=True)
-        cache = out.past_key_values
+        cache = output_cache(out)
         cache.batch_repeat_interleave(samples)
         rest = model(input_ids=r_ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, width:-1],
-                     past_key_values=cache).logits
+                     **cache_kwargs(model, cache)).logits
         logits = torch.cat([out.logits[:, -1:].repeat_interleave(samples, 0), rest], 1)
     else:
         ids = torch.cat([p_ids, r_ids], 1)

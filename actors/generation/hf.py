@@ -8,6 +8,7 @@ from transformers import GenerationConfig, LogitsProcessorList
 
 from actors.generation import BACKENDS
 from actors.generation.base import Samples, decode_responses, stop_texts
+from actors.modeling import cache_kwargs, output_cache
 from actors.sampling import SamplingWarper, processed_logits, unsupported_settings
 from actors.weight_transport import node_ip
 from actors.weights import load_state
@@ -48,7 +49,7 @@ class HFBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=enc["input_ids"].to(dev), attention_mask=mask.to(dev),
                     position_ids=positions.to(dev), use_cache=True)
-        cache = out.past_key_values
+        cache = output_cache(out)
         if n > 1:
             cache.batch_repeat_interleave(n)
         logits = out.logits[:, -1].repeat_interleave(n, dim=0)
@@ -76,7 +77,7 @@ class HFBackend:
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position,
-                           past_key_values=cache, use_cache=True).logits[:, -1]
+                           use_cache=True, **cache_kwargs(model, cache)).logits[:, -1]
             position = position + 1
             if next_token is not None:  # the logits after each response's final token
                 fill = ended | (torch.isnan(after) & torch.tensor(last, device=dev))
