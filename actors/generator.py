@@ -30,7 +30,7 @@ class Generator:
                              want_gpu=role.get("num_gpus", 0) > 0)
         model, tokenizer = modeling.build(config.model, config.seed)
         if model_source:  # a warm-up checkpoint
-            model = modeling.load_model(model_source)
+            model = modeling.load_model(model_source, attn=config.model.attn_implementation)
         # sleep mode is set when the engine is built (vLLM); only rollout.backend=vllm may ask for it
         sleep = {"sleep_mode": True} if config.rollout.vllm_sleep_level else {}
         self.backend = BACKENDS.get(config.rollout.backend)(model, tokenizer, device=device, **sleep)

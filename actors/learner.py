@@ -39,7 +39,7 @@ class Learner(Trainable):
         self.model, self.tokenizer = modeling.build(config.model, config.seed)
         self.model_source = model_source  # objectives read their files saved beside the model
         if model_source:
-            self.model = modeling.load_model(model_source)
+            self.model = modeling.load_model(model_source, attn=config.model.attn_implementation)
         self.model.to(self.device).train()
         self.reference = None
         self.lr = lr or self.algo.lr

@@ -58,8 +58,8 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "qwen2", hidden_size: int = 128,
                num_layers: int = 4, num_heads: int = 4, num_kv_heads: int = 2,
                intermediate_size: int = 512, max_position_embeddings: int = 256,
-               init_std: float = 0.02, seed: int = 0) -> torch.nn.Module:
-    """A small Qwen2- or Llama-style causal LM initialised from scratch."""
+               init_std: float = 0.02, seed: int = 0, attn: str | None = None) -> torch.nn.Module:
+    """A small Qwen2- or Llama-style causal LM initialised from scratch (`attn`: as in load_model)."""
     common: dict[str, Any] = dict(
         vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
         num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
@@ -70,7 +70,8 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "qwen2", hidden_s
     )
     config = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch](**common)
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    extra = {"attn_implementation": attn} if attn else {}
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **extra)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
@@ -81,8 +82,10 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     return tok
 
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32, attn: str | None = None) -> torch.nn.Module:
+    """`attn`: transformers' attention implementation (model.attn_implementation; None: its default)."""
+    extra = {"attn_implementation": attn} if attn else {}
+    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype, **extra)
 
 
 def build(model_cfg: Any, seed: int) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:
@@ -91,12 +94,13 @@ def build(model_cfg: Any, seed: int) -> tuple[torch.nn.Module, PreTrainedTokeniz
         path = Path(model_cfg.path).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"model.path {str(path)!r} is not a directory")
-        return load_model(path), load_tokenizer(path)
+        return load_model(path, attn=model_cfg.attn_implementation), load_tokenizer(path)
     tok = char_tokenizer()
     t = model_cfg.tiny
     model = tiny_model(tok, arch=t.arch, hidden_size=t.hidden_size, num_layers=t.num_layers,
                        num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
-                       intermediate_size=t.intermediate_size, init_std=t.init_std, seed=seed)
+                       intermediate_size=t.intermediate_size, init_std=t.init_std, seed=seed,
+                       attn=model_cfg.attn_implementation)
     return model, tok
 
 

@@ -29,9 +29,10 @@ class ImplicitPRM(Trainable):
         self.prime = config.prime
         self.label_source = config.label_source(config.prime)
         self.threshold = config.reward_model.label_threshold
-        self.model = modeling.load_model(model_source).to(self.device).train()
+        attn = config.model.attn_implementation
+        self.model = modeling.load_model(model_source, attn=attn).to(self.device).train()
         self.tokenizer = modeling.load_tokenizer(model_source)
-        ref = modeling.load_model(reference_source) if reference_source else copy.deepcopy(self.model)
+        ref = modeling.load_model(reference_source, attn=attn) if reference_source else copy.deepcopy(self.model)
         self.reference = ref.to(self.device).eval().requires_grad_(False)
         self.optimizer = adamw(self.model.parameters(), lr=self.prime.lr)
         self.micro = config.algorithm.micro_batch_size

@@ -10,7 +10,10 @@ from pathlib import Path
 
 def cache_key(config, extra: dict | None = None) -> str:
     """Everything that changes the warm model (not where the cache lives)."""
-    key = {"model": config.model.model_dump(), "data": config.data.model_dump(exclude={"analogs"}),
+    # a kernel choice left at transformers' default is not in the key, so keys made before the
+    # setting existed still hit; a chosen kernel changes the warm model's rounding, so it is
+    model = config.model.model_dump(exclude=None if config.model.attn_implementation else {"attn_implementation"})
+    key = {"model": model, "data": config.data.model_dump(exclude={"analogs"}),
            "seed": config.seed,
            "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
            "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p],

@@ -46,6 +46,37 @@ def test_model_from_local_directory_generates(tmp_path):
     assert out.column("answer").to_pylist() == ["2"] * 4
 
 
+def test_the_chosen_attention_kernel_is_the_one_every_copy_runs(tmp_path):
+    """model.attn_implementation reaches the generator's and the learner's models, built or loaded
+    from a directory, and their log-probs agree with the default kernel's; an unset one leaves the
+    warm-up cache key as it was before the setting existed, a set one changes it."""
+    from actors.learner import Learner
+    from orchestrator.stage_cache import cache_key
+
+    config = validate_config({"model": {**SMALL, "attn_implementation": "eager"}})
+    built, _ = modeling.build(config.model, seed=0)
+    assert built.config._attn_implementation == "eager"
+    tok = modeling.char_tokenizer()
+    built.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert Generator(config, str(tmp_path)).backend.model.config._attn_implementation == "eager"
+    assert Learner(config, model_source=str(tmp_path)).model.config._attn_implementation == "eager"
+    default = modeling.load_model(tmp_path)
+    assert default.config._attn_implementation != "eager"
+    ids = torch.tensor([[4, 5, 6, 7], [0, 8, 9, 10]])
+    mask = (ids != 0).long()
+    eager = modeling.load_model(tmp_path, attn="eager")
+    assert torch.allclose(eager(ids, attention_mask=mask).logits[mask.bool()],
+                          default(ids, attention_mask=mask).logits[mask.bool()], atol=1e-5)
+    assert cache_key(validate_config({"model": SMALL})) != cache_key(config)
+    # the default recipe's warm-up keeps the cache entry it had before the setting (the benchmarks'
+    # warm start, named in docs/benchmarks.md)
+    from orchestrator.config import load_config
+    assert cache_key(load_config()) == "389b841308046817"
+    with pytest.raises(Exception, match="attn_implementation"):
+        validate_config({"model": {"attn_implementation": "fast"}})
+
+
 def test_missing_model_directory_is_named(tmp_path):
     config = validate_config({"model": {"path": str(tmp_path / "nope")}})
     with pytest.raises(FileNotFoundError, match="nope"):
