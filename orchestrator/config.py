@@ -65,8 +65,8 @@ class ModelConfig(Section):
     tiny: TinyModelConfig = TinyModelConfig()
     # transformers' attention kernel for every copy of the policy (generators, learners, references),
     # so the learner recomputes the generator's log-probs with the same kernel. None: transformers'
-    # choice (sdpa). On CPU with sequences of tens of tokens `eager` trains about 15% faster
-    # (docs/benchmarks.md); sdpa wins on GPUs and long sequences.
+    # choice (sdpa). On CPU with sequences of tens of tokens `eager` made the learner 14% faster
+    # and generation 11% slower (docs/benchmarks.md); sdpa is the usual choice on GPUs.
     attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = None
 
 
