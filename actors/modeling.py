@@ -3,6 +3,7 @@ character tokenizer, or any HF model + tokenizer from a local directory."""
 
 from __future__ import annotations
 
+import contextlib
 import string
 import sys
 from pathlib import Path
@@ -70,8 +71,10 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "qwen2", hidden_s
     )
     config = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch](**common)
     torch.manual_seed(seed)
-    extra = {"attn_implementation": attn} if attn else {}
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **extra)
+    if not attn:
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with _kernel(attn):
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
@@ -84,8 +87,21 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, attn: str | None = None) -> torch.nn.Module:
     """`attn`: transformers' attention implementation (model.attn_implementation; None: its default)."""
-    extra = {"attn_implementation": attn} if attn else {}
-    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype, **extra)
+    if not attn:
+        return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+    with _kernel(attn):
+        return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype,
+                                                    attn_implementation=attn)
+
+
+@contextlib.contextmanager
+def _kernel(attn: str):
+    """A kernel transformers cannot use here (flash_attention_2 without its package, or on CPU)
+    fails naming the setting that chose it."""
+    try:
+        yield
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"model.attn_implementation={attn!r} cannot be used here: {str(e).splitlines()[0]}") from None
 
 
 def build(model_cfg: Any, seed: int) -> tuple[torch.nn.Module, PreTrainedTokenizerFast]:

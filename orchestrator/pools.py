@@ -21,10 +21,13 @@ def build_pools(recipe_roles: dict[str, RoleSpec], config) -> dict[str, Pool]:
 
 async def ready(pools: dict) -> None:
     """Every replica constructed; a constructor that fails is reported by role."""
-    try:
-        await asyncio.gather(*[p.ready() for p in pools.values()])
-    except ray.exceptions.RayActorError as e:
-        raise RoleError(startup_error(e)) from None
+    async def one(name: str, pool) -> None:
+        try:
+            await pool.ready()
+        except ray.exceptions.RayActorError as e:
+            raise RoleError(f"role {name!r}: {startup_error(e)}") from None
+
+    await asyncio.gather(*[one(name, p) for name, p in pools.items()])
 
 
 def startup_error(e: BaseException) -> str:
@@ -33,4 +36,4 @@ def startup_error(e: BaseException) -> str:
     text = str(e)
     init = re.search(r"ray::(\w+)\.__init__", text) or re.search(r"class_name: (\w+)", text)
     cause = text.strip().splitlines()[-1]
-    return f"the {init.group(1) if init else 'an'} actor failed to start: {cause}"
+    return f"{f'the {init.group(1)} actor' if init else 'its actor'} failed to start: {cause}"

@@ -77,6 +77,18 @@ def test_the_chosen_attention_kernel_is_the_one_every_copy_runs(tmp_path):
         validate_config({"model": {"attn_implementation": "fast"}})
 
 
+def test_a_kernel_that_cannot_run_here_names_the_setting(tmp_path):
+    pytest.importorskip("transformers")
+    try:
+        import flash_attn  # noqa: F401
+        pytest.skip("flash-attn is installed here")
+    except ImportError:
+        pass
+    config = validate_config({"model": {**SMALL, "attn_implementation": "flash_attention_2"}})
+    with pytest.raises(ValueError, match=r"model.attn_implementation='flash_attention_2' cannot be used here"):
+        modeling.build(config.model, seed=0)
+
+
 def test_missing_model_directory_is_named(tmp_path):
     config = validate_config({"model": {"path": str(tmp_path / "nope")}})
     with pytest.raises(FileNotFoundError, match="nope"):

@@ -76,3 +76,23 @@ def test_verifiers_default_to_one_per_eight_generators_unless_set() -> None:
     assert verifiers("roles.generator.replicas={min: 1, max: 20}").replicas == 3  # an elastic pool's most
     assert verifiers("roles.generator.replicas=32", "roles.verifier.replicas=1").replicas == 1  # the user's
     assert verifiers("roles.generator.replicas=32", "roles.verifier.num_cpus=1").num_cpus == 1
+
+
+def test_an_actor_that_fails_to_start_is_named_by_its_role() -> None:
+    import asyncio
+
+    import ray
+
+    from orchestrator.pools import ready
+
+    class Fine:
+        async def ready(self) -> None:
+            pass
+
+    class Broken:
+        async def ready(self) -> None:
+            raise ray.exceptions.RayActorError()
+
+    with pytest.raises(RoleError, match=r"^role 'generator': its actor failed to start"):
+        asyncio.run(ready({"policy_learner": Fine(), "generator": Broken()}))
+    asyncio.run(ready({"policy_learner": Fine()}))
