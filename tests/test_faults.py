@@ -88,6 +88,7 @@ def checkpoint_steps(run_dir) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 95 s: CI's long stage; the main suite's resume test is test_grpo_run_writes_run_dir_and_resumes
 def test_sigint_then_a_killed_driver_resume_to_match_an_uninterrupted_run(ray_env, warm_cache, tmp_path) -> None:
     """One run, interrupted twice: SIGINT checkpoints at once (no periodic checkpoints yet) and says
     how to resume; the resumed run, killed outright after a periodic checkpoint and a step past it
