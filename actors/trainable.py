@@ -242,7 +242,8 @@ class Trainable:
 
     def load_reference(self, path: str) -> None:
         from actors import modeling
-        reference = modeling.load_model(path, attn=self.config.model.attn_implementation).to(self.device).eval().requires_grad_(False)
+        reference = modeling.load_model(path, attn=self.config.model.attn_implementation)
+        reference = reference.to(self.device).eval().requires_grad_(False)
         if self.ranks.sharded:
             self.ranks.load_full_state(self._reference_shell, reference.state_dict())
             reference = self._reference_shell
