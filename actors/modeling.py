@@ -3,7 +3,7 @@ character tokenizer, or any HF model + tokenizer from a local directory."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import string
 import sys
 from pathlib import Path
@@ -71,10 +71,7 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast, arch: str = "qwen2", hidden_s
     )
     config = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch](**common)
     torch.manual_seed(seed)
-    if not attn:
-        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with _kernel(attn):
-        return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn)
+    return _with_kernel(functools.partial(AutoModelForCausalLM.from_config, config, dtype=torch.float32), attn)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
@@ -87,19 +84,17 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, attn: str | None = None) -> torch.nn.Module:
     """`attn`: transformers' attention implementation (model.attn_implementation; None: its default)."""
+    load = functools.partial(AutoModelForCausalLM.from_pretrained, str(path), local_files_only=True, dtype=dtype)
+    return _with_kernel(load, attn)
+
+
+def _with_kernel(make, attn: str | None) -> torch.nn.Module:
+    """`make()`, with transformers' attention kernel `attn` where one is chosen; a kernel that
+    cannot run here (flash_attention_2 without its package, or on CPU) fails naming the setting."""
     if not attn:
-        return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
-    with _kernel(attn):
-        return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype,
-                                                    attn_implementation=attn)
-
-
-@contextlib.contextmanager
-def _kernel(attn: str):
-    """A kernel transformers cannot use here (flash_attention_2 without its package, or on CPU)
-    fails naming the setting that chose it."""
+        return make()
     try:
-        yield
+        return make(attn_implementation=attn)
     except (ImportError, ValueError) as e:
         raise ValueError(f"model.attn_implementation={attn!r} cannot be used here: {str(e).splitlines()[0]}") from None
 
