@@ -114,6 +114,13 @@ class Learner(Trainable):
         return self.objective("policy_gradient", "train_step").train_step(*tables, dump_path=dump_path)
 
     @ray.method(num_returns=2)
+    def train_step_published(self, *tables: pa.Table, dump_path: str | None = None) -> tuple[dict | None, dict]:
+        """`train_step`, then the new weights as `publish` makes them, so an object-store channel sends
+        them on without a second call to the learner (a round trip a step)."""
+        metrics = self.train_step(*tables, dump_path=dump_path)
+        return self.publish(), metrics
+
+    @ray.method(num_returns=2)
     def train_step_returns(self, *tables: pa.Table, dump_path: str | None = None) -> tuple[pa.Table, dict]:
         """`train_step` with GAE (recipe ppo), and the batch with its per-token `returns` for the critic."""
         metrics = self.train_step(*tables, dump_path=dump_path)

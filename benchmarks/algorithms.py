@@ -1,6 +1,6 @@
-"""Every RL algorithm coevo ships, side by side on the default task (issue 20): GRPO, Dr.GRPO, RLOO,
-REINFORCE++ (and its group-baseline variant), PPO with a critic and GAE, DAPO, GSPO, CISPO, GMPO, TOPR
-and DPH-RL.
+"""Every RL algorithm coevo ships, side by side on the default task (issue 20): GRPO, PSR (GRPO's
+positive half, the default recipe's), Dr.GRPO, RLOO, REINFORCE++ (and its group-baseline variant), PPO
+with a critic and GAE, DAPO, GSPO, CISPO, GMPO, TOPR and DPH-RL.
 
 Every run starts from the SAME warm checkpoint (the default recipe's cached SFT warm-up, made once if
 missing; `--warm DIR` for another), passed to `coevo run` as `model.path` with the warm-up off, so the
@@ -42,24 +42,27 @@ TAIL = 5  # steps averaged for the final entropy and diversity
 # method -> (recipe file, overrides after the shared protocol). Paper settings (docs/recipes.md): with
 # one on-policy update per batch (mini_batches=1) every ratio is 1, so clip ranges change nothing here;
 # what differs is the advantage, the loss aggregation and the gradient's form.
+# The default recipe's own advantage is psr, so every GRPO-based method names its advantage.
+GRPO = "algorithm.advantage=grpo"
 METHODS: dict[str, tuple[str, list[str]]] = {
-    "grpo": ("grpo_addition", []),
+    "grpo": ("grpo_addition", [GRPO]),
+    "psr": ("grpo_addition", ["algorithm.advantage=psr"]),
     "dr_grpo": ("grpo_addition", ["algorithm.advantage=dr_grpo"]),
     "rloo": ("grpo_addition", ["algorithm.advantage=rloo"]),
     "reinforce_pp": ("grpo_addition", ["algorithm.advantage=reinforce_pp"]),
     "reinforce_pp_baseline": ("grpo_addition", ["algorithm.advantage=reinforce_pp_baseline"]),
     "ppo_gae": ("ppo", ["algorithm.advantage=gae"]),
     # DAPO's four parts; the overlong window is the last token of the 5 (a truncated response)
-    "dapo": ("grpo_addition", ["algorithm.clip_eps_high=0.28", "algorithm.loss_agg=token_mean",
+    "dapo": ("grpo_addition", [GRPO, "algorithm.clip_eps_high=0.28", "algorithm.loss_agg=token_mean",
                                "rollout.dynamic_sampling=true",
                                "rewards=[{name: integer_match}, {name: overlong, fn: overlong_penalty, "
                                "args: {max_length: 5, cache_length: 1}}]",
                                "verifier.accuracy_source=integer_match"]),
-    "gspo": ("grpo_addition", ["algorithm.policy_loss=gspo", "algorithm.clip_eps=3e-4",
+    "gspo": ("grpo_addition", [GRPO, "algorithm.policy_loss=gspo", "algorithm.clip_eps=3e-4",
                                "algorithm.clip_eps_high=4e-4"]),
-    "cispo": ("grpo_addition", ["algorithm.policy_loss=cispo"]),
-    "gmpo": ("grpo_addition", ["algorithm.policy_loss=gmpo", "algorithm.clip_eps=0.4"]),
-    "topr": ("grpo_addition", ["algorithm.policy_loss=topr"]),
+    "cispo": ("grpo_addition", [GRPO, "algorithm.policy_loss=cispo"]),
+    "gmpo": ("grpo_addition", [GRPO, "algorithm.policy_loss=gmpo", "algorithm.clip_eps=0.4"]),
+    "topr": ("grpo_addition", [GRPO, "algorithm.policy_loss=topr"]),
     "dph": ("dph", []),
 }
 CURVE_KEYS = ("step", "time_s", "time/step_s", "time/eval_s", "eval/accuracy", "reward/mean", "train/loss",

@@ -97,7 +97,8 @@ def exp_rm(args, work: Path) -> dict:
     for seed in args.seeds:
         runs.append(coevo("grpo_addition", [
             f"rewards=[{{name: rm, model: '{rm_dir}'}}, {{name: correct, fn: integer_match, weight: 0}}]",
-            "verifier.accuracy_source=correct", "train.stop_at_accuracy=null", f"train.max_steps={args.steps}",
+            "verifier.accuracy_source=correct", "algorithm.advantage=grpo", "train.stop_at_accuracy=null",
+            f"train.max_steps={args.steps}",
             f"seed={seed}", *args.extra, *args.grpo.split()], work / f"grpo_rm_{seed}", work / f"grpo_rm_{seed}.log"))
     acc = [evals(r["rows"], "eval/pair_accuracy") for r in [rm]][0]
     print("\n### Bradley-Terry reward model on verifier-labelled pairs\n")

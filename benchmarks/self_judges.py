@@ -33,7 +33,7 @@ JUDGE_REWARDS = "rewards=[{name: integer_match}, {name: judge, judge: true, weig
 # recipe -> (config file, overrides): the verifier where it labelled the prompt, else nothing (GRPO)
 # or the policy's own judgment (SPARK)
 RECIPES = {
-    "grpo": ("grpo_addition", ["rewards=[{name: integer_match}]"]),
+    "grpo": ("grpo_addition", ["rewards=[{name: integer_match}]", "algorithm.advantage=grpo"]),
     **{f"spark_{mode}": ("spark", [f"spark.mode={mode}", JUDGE_REWARDS, "aggregate.fill={integer_match: judge}"])
        for mode in ("pointwise", "pairwise", "reflective")},
     "spc": ("spc", []),  # another recipe's own config; it reports the same eval/judge_auroc

@@ -13,12 +13,14 @@ prompt order on both sides, never the warm checkpoint or the data.
     python benchmarks/vs_trl.py                # seeds 0 1 2, both sides
     python benchmarks/vs_trl.py --seeds 0 --label smoke
     python benchmarks/vs_trl.py --warm ~/.cache/coevo/warmup/<hash>
-    python benchmarks/vs_trl.py --warmup-target 0.55       # a warmer start (its own cache entry)
+    python benchmarks/vs_trl.py --warmup-target 0.57 --warmup-every 1   # the ~0.58 start (its own cache entry)
     python benchmarks/vs_trl.py --only coevo -- train.max_staleness=1 algorithm.off_policy=tis
     python benchmarks/vs_trl.py --variant default seq_mean lr2e-4 "mine=algorithm.lr=3e-4 algorithm.mini_batches=2"
 
-coevo's algorithm settings are its default recipe's (which match TRL's below) unless a variant
-(`VARIANTS`, or NAME='key=value ...') changes them; for each seed TRL runs first, then every variant.
+coevo's algorithm settings are its default recipe's unless a variant (`VARIANTS`, or
+NAME='key=value ...') changes them: the default is GRPO's positive half (`algorithm.advantage=psr`);
+variant `grpo` is plain GRPO, which does the same maths per step as TRL's settings below. For each
+seed TRL runs first, then every variant.
 Anything after `--` is passed to every `coevo run` after the shared overrides (so it wins).
 
 Timing, the same on both sides: from the start of the first GRPO step to the end of the held-out
@@ -386,6 +388,8 @@ def soundness(rows: list[dict]) -> dict:
 # clip range (clip_eps, clip_eps_high) cannot change a step there; both sides use a constant lr.
 VARIANTS: dict[str, tuple[str, ...]] = {
     "default": (),
+    "grpo": ("algorithm.advantage=grpo",),  # like for like with TRL's GRPO (the default before psr)
+    "psr": ("algorithm.advantage=psr",),
     # TRL's settings spelled out (what the default was when this benchmark was written)
     "trl_match": ("algorithm.advantage=grpo", "algorithm.policy_loss=ppo_clip", f"algorithm.lr={LR}",
                   "algorithm.kl_coef=0.0", "algorithm.loss_agg=token_mean", "algorithm.mini_batches=1",
@@ -550,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup-target", type=float, metavar="ACC",
                    help="without --warm: the default recipe's warm-up run to this held-out accuracy instead of "
                         "its warmup.target_accuracy (a separate cache entry, made once)")
+    p.add_argument("--warmup-every", type=int, metavar="N",
+                   help="without --warm: the warm-up checks its accuracy every N steps instead of the default "
+                        "recipe's warmup.eval_every (1 lands nearest --warmup-target)")
     p.add_argument("--max-steps", type=int, default=MAX_STEPS, help="step cap (default %(default)s)")
     p.add_argument("--trl-updates", type=int, default=1, metavar="K",
                    help="TRL optimizer steps per generated batch (steps_per_generation; default 1); "
@@ -586,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     label = args.label or f"{info['cpu_affinity'] or info['cpu_count_logical']}cpu"
     out = args.out or RESULTS / f"vs_trl_{label}.json"
-    warm, warm_info = warm_checkpoint(args.warm, work, args.warmup_target)
+    warm, warm_info = warm_checkpoint(args.warm, work, args.warmup_target, args.warmup_every)
     train, eval_, data_info = export_splits(work)
     print(f"warm checkpoint: {warm} (held-out accuracy {warm_info.get('warmup/accuracy')})\n"
           f"data: {train} ({data_info['train_rows']} rows), {eval_} ({data_info['eval_rows']} rows)",
@@ -608,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
                          "temperature": TEMPERATURE, "max_new_tokens": MAX_NEW_TOKENS, "eval_every": EVAL_EVERY,
                          "target_accuracy": args.target, "max_steps": args.max_steps, "torch_threads": THREADS,
                          "seeds": args.seeds, "warm": args.warm, "warmup_target": args.warmup_target,
+                         "warmup_every": args.warmup_every,
                          "order": "interleaved: " + ", ".join(f"{n} seed {x}" for x in args.seeds for n in names)},
             "warm_checkpoint": str(warm), "warm_info": warm_info, "data": data_info,
             "coevo_overrides": coevo_overrides(warm, train, eval_, args.max_steps, args.target),

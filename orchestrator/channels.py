@@ -35,9 +35,15 @@ class Channel:
         self._members: list | None = None
         self._inflight: asyncio.Future | None = None
 
-    async def publish(self, version: int, wait: bool = True) -> None:
+    @property
+    def takes_payload(self) -> bool:
+        """Whether `publish` can send weights the learner already exported (its `train_step_published`)."""
+        return self.settings.transport != "collective" and self.method == "publish"
+
+    async def publish(self, version: int, wait: bool = True, payload: ray.ObjectRef | None = None) -> None:
         """Publish the learner's weights at `version`. With `wait`, return once every replica holds
-        them (strict on-policy); otherwise replicas take them between their requests."""
+        them (strict on-policy); otherwise replicas take them between their requests. `payload`: the
+        version's weights already in the object store (see `takes_payload`); else the learner makes them."""
         if self.settings.transport == "collective":
             if self._inflight is not None:  # one broadcast at a time, in order; raises what the last one hit
                 previous, self._inflight = self._inflight, None
@@ -52,8 +58,8 @@ class Channel:
                 else:
                     self._inflight = task
         else:
-            # every rank of the learner takes part (a sharded model is gathered); the payload is not fetched
-            payload, _ = await self.learner.call(self.method + "_parts")
+            if payload is None:  # every rank of the learner takes part (a sharded model is gathered); not fetched
+                payload, _ = await self.learner.call(self.method + "_parts")
             for pool in self.targets:
                 await pool.set_weights(version, payload, wait=wait)
         self.version = version

@@ -26,6 +26,8 @@ from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.reward_health import RewardHealth, step_counts
 
+FAILURES_EVERY_S = 1.0  # replica deaths (a GCS query) are read at most this often between evaluations
+
 
 @dataclass
 class RunContext:
@@ -129,11 +131,14 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 if channel.settings.transport == "collective":  # groups formed; versions sent the other way
                     row[f"channel/{name}/epochs"] = channel.epochs
                     row[f"channel/{name}/fallbacks"] = channel.fallbacks
+            evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
+            # Ray's restart counts are read fresh on evaluated steps (and the last), else at most once a second
+            restarts_age = 0.0 if evaluated else FAILURES_EVERY_S
             busy_now = _busy(ctx)
             for role, busy in busy_now.items():
                 pool = ctx.pools[role]
                 row[f"role/{role}/busy_frac"] = min(1.0, (busy - busy_before.get(role, 0.0)) / (step_s * max(1, pool.live())))
-                row[f"role/{role}/failures"] = pool.failures()
+                row[f"role/{role}/failures"] = pool.failures(max_age_s=restarts_age)
                 row[f"role/{role}/retries"] = pool.retries
                 if getattr(pool, "elastic", None) is not None:  # grow while it is the bottleneck (docs/elastic.md)
                     pool.elastic.observe(row[f"role/{role}/busy_frac"], row["time/wait_rollouts_s"] / step_s)
@@ -141,7 +146,6 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                     for line in pool.elastic.take_events():
                         ctx.progress.print(line)
             busy_before = busy_now
-            evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
             if evaluated:
                 mark = time.perf_counter()
                 row.update(await recipe.evaluate(ctx))

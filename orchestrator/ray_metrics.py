@@ -36,7 +36,8 @@ class Metric:
 
 METRICS = {m.name: m for m in [
     Metric("coevo_staleness", "histogram", ("run",), "versions a trained sample's policy lags the policy "
-           "the generators hold when its batch is taken (one observation per sample)", tuple(STALENESS_BUCKETS)),
+           "the generators hold when its batch is taken (one observation per trained piece: its samples were "
+           "dispatched together and share it)", tuple(STALENESS_BUCKETS)),
     Metric("coevo_buffer_samples", "gauge", ("run", "state"), "samples in the rollout buffer (state=ready) "
            "and being generated or scored (state=inflight)"),
     Metric("coevo_role_busy_ratio", "gauge", ("run", "role"), "fraction of the last step a role's replicas "
@@ -107,8 +108,7 @@ class RunMetrics:
         if current is not None:
             for p in pieces:
                 if getattr(p, "version", -1) >= 0:
-                    for _ in range(p.samples):
-                        _metric("coevo_staleness").observe(max(0, current - p.version), tags=run)
+                    _metric("coevo_staleness").observe(max(0, current - p.version), tags=run)
         if "time/publish_s" in row:
             _metric("coevo_weight_publish_seconds").observe(row["time/publish_s"], tags=run)
         rollouts = ctx.rollouts

@@ -465,12 +465,13 @@ class Pool:
     def busy_s(self) -> float:
         return self.released_busy_s + sum(r.busy_s for r in self.replicas)
 
-    def failures(self) -> int:
+    def failures(self, max_age_s: float = 0.0) -> int:
         """Deaths of this role's replicas. A replica killed between calls that Ray restarted before
         the next call fails no call, so calls alone miss it: Ray's own restart count (from the
         GCS) is the floor, plus the final death of a replica whose restarts ran out. One GCS query
-        for the job's actors, not one per replica: the loop asks every step, from the event loop."""
-        table = _job_restarts()
+        for the job's actors, not one per replica, and none where the last one (for any pool) is
+        younger than `max_age_s`: the loop asks every step, from the event loop."""
+        table = _job_restarts(max_age_s)
         for rep in self.replicas:
             restarts = table.get(rep.handle._actor_id.hex()) if table is not None else _restarts(rep.handle)
             if restarts is not None:
@@ -496,17 +497,27 @@ def _restarts(handle) -> int | None:
         return None
 
 
-def _job_restarts() -> dict[str, int] | None:
+_restarts_read: tuple[float, dict[str, int] | None] = (float("-inf"), None)  # (when, table) of the last query
+
+
+def _job_restarts(max_age_s: float = 0.0) -> dict[str, int] | None:
     """Ray's restart count of every actor of this driver's job, by actor id (hex); None where the
     GCS cannot say. At 32 replicas, a query per replica held the driver ~0.1-0.5 s a step on a
-    loaded 2-core machine (benchmarks/orchestration_scaling.py)."""
+    loaded 2-core machine (benchmarks/orchestration_scaling.py); the one query for the job still
+    cost ~1 ms of driver CPU per pool, so a table younger than `max_age_s` is reused."""
+    global _restarts_read
+    when, table = _restarts_read
+    if time.monotonic() - when < max_age_s:
+        return table
     try:
         from ray._private.state import actors
 
         job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
-        return {actor_id: int(info["NumRestarts"]) for actor_id, info in actors(job_id=job).items()}
+        table = {actor_id: int(info["NumRestarts"]) for actor_id, info in actors(job_id=job).items()}
     except Exception:  # noqa: BLE001  (a count for metrics: never worth failing a step over)
-        return None
+        table = None
+    _restarts_read = (time.monotonic(), table)
+    return table
 
 
 def _is_stale(error: ray.exceptions.RayTaskError) -> bool:

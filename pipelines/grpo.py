@@ -60,9 +60,13 @@ class GRPO(Recipe):
         return [t for t, _ in scored]
 
     async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
-        metrics = await ctx.pools["policy_learner"].call("train_step", *tables, dump_path=dump_path, table=False)
+        learner, payload = ctx.pools["policy_learner"], None
+        if ctx.channels["policy"].takes_payload:  # the step and its weights in one call
+            payload, metrics = await learner.call("train_step_published", *tables, dump_path=dump_path)
+        else:
+            metrics = await learner.call("train_step", *tables, dump_path=dump_path, table=False)
         mark = time.perf_counter()
-        await publish(ctx, "policy", metrics["version"])
+        await publish(ctx, "policy", metrics["version"], payload)
         return {**metrics, "time/publish_s": time.perf_counter() - mark}
 
     async def evaluate(self, ctx) -> dict:
@@ -73,7 +77,8 @@ class GRPO(Recipe):
         return out
 
 
-async def publish(ctx, channel: str, version: int) -> None:
-    """Publish a learner's new version; in strict on-policy mode wait until every replica holds it."""
+async def publish(ctx, channel: str, version: int, payload=None) -> None:
+    """Publish a learner's new version (`payload`: its weights, already exported); in strict
+    on-policy mode wait until every replica holds it."""
     ctx.versions[ctx.channels[channel].learner.name] = version
-    await ctx.channels[channel].publish(version, wait=ctx.config.train.max_staleness == 0)
+    await ctx.channels[channel].publish(version, wait=ctx.config.train.max_staleness == 0, payload=payload)

@@ -9,7 +9,7 @@ import torch
 
 from actors.algorithms import ADVANTAGES, KL_ESTIMATORS, OFF_POLICY, POLICY_LOSSES
 from actors.algorithms.advantages import (combine_advantages, dr_grpo, group_stats, grpo, process_advantages,
-                                          rloo)
+                                          psr, rloo)
 from actors.algorithms.losses import (corrected, decoupled_ppo, kl_k1, kl_k2, kl_k3, no_correction, ppo_clip,
                                      truncated_is)
 
@@ -24,6 +24,9 @@ STD0, STD1 = math.sqrt(1 / 3), 0.5
 GRPO = [0.5 / (STD0 + EPS), -0.5 / (STD0 + EPS), -0.5 / (STD0 + EPS), 0.5 / (STD0 + EPS),
         0.25 / (STD1 + EPS), 0.25 / (STD1 + EPS), 0.25 / (STD1 + EPS), -0.75 / (STD1 + EPS)]
 DR_GRPO = [0.5, -0.5, -0.5, 0.5, 0.25, 0.25, 0.25, -0.75]
+# PSR: GRPO's positive advantages (the samples above their group's mean), 0 for the others.
+PSR = [0.5 / (STD0 + EPS), 0.0, 0.0, 0.5 / (STD0 + EPS), 0.25 / (STD1 + EPS), 0.25 / (STD1 + EPS),
+       0.25 / (STD1 + EPS), 0.0]
 # RLOO: own reward minus the mean of the other three in the group.
 RLOO = [1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3, 1 - 2 / 3, 1 - 2 / 3, 1 - 2 / 3, 0 - 1.0]
 
@@ -52,7 +55,14 @@ def test_rloo_hand_computed():
     assert close(rloo(REWARDS, GROUPS), RLOO)
 
 
-@pytest.mark.parametrize("name, expected", [("grpo", GRPO), ("dr_grpo", DR_GRPO), ("rloo", RLOO)])
+def test_psr_hand_computed():
+    assert close(psr(REWARDS, GROUPS, eps=EPS), PSR)
+    assert close(ADVANTAGES.get("psr")(REWARDS, GROUPS), PSR)
+    graded = psr(torch.tensor([0.2, 0.5, 0.8]), torch.tensor([0, 0, 0]), eps=0.0)  # above the mean only
+    assert close(graded, [0.0, 0.0, 0.3 / 0.3])
+
+
+@pytest.mark.parametrize("name, expected", [("grpo", GRPO), ("dr_grpo", DR_GRPO), ("rloo", RLOO), ("psr", PSR)])
 def test_interleaved_groups(name, expected):
     """Group membership comes from `groups`, not from row order."""
     perm = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])
@@ -60,7 +70,7 @@ def test_interleaved_groups(name, expected):
     assert close(adv, [expected[i] for i in perm.tolist()])
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "psr"])
 def test_equal_rewards_give_zero_advantage(name):
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
@@ -70,7 +80,7 @@ def test_equal_rewards_give_zero_advantage(name):
     assert adv[3:].abs().sum() > 0  # the mixed group still learns
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "psr"])
 def test_singleton_group_is_finite(name):
     adv = ADVANTAGES.get(name)(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 1, 1]))
     assert torch.all(torch.isfinite(adv))

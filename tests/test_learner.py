@@ -358,6 +358,18 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(reward_fn, scored):
     assert m_on["train/loss"] == pytest.approx(m_off["train/loss"], abs=1e-6)
 
 
+def test_psr_trains_only_the_rows_above_their_group_mean(reward_fn, scored):
+    """algorithm.advantage=psr: rows at or below their group's mean have advantage 0, so the learner
+    skips their forward pass; the update is not GRPO's."""
+    adv = ADVANTAGES.get("grpo")(torch.from_numpy(scored.column("reward.varied").to_numpy().copy()),
+                                 torch.from_numpy(B.group_index(scored)))
+    psr, grpo = Learner(make_config(reward_fn, advantage="psr")), Learner(make_config(reward_fn))
+    m_psr, m_grpo = psr.train_step(scored), grpo.train_step(scored)
+    assert m_psr["train/rows_computed_frac"] == pytest.approx(float((adv > 0).float().mean()))
+    assert 0 < m_psr["train/rows_computed_frac"] < m_grpo["train/rows_computed_frac"]
+    assert any(not torch.allclose(v, weights(grpo.model)[k]) for k, v in weights(psr.model).items())
+
+
 def test_dense_token_rewards_make_per_token_advantages(tmp_path, reward_fn, scored):
     """A `token_rewards` column (e.g. PRIME's implicit process rewards) adds per-token advantages."""
     lengths = pa.compute.list_value_length(scored.column("response_ids")).to_numpy()

@@ -33,13 +33,16 @@ def test_every_named_variant_is_a_valid_config_that_changes_what_it_names(bench)
     assert (trl.lr, trl.kl_coef, trl.aggregation(), trl.mini_batches, trl.advantage) == (
         bench.LR, 0.0, "token_mean", 1, "grpo")
     assert configs["lr3e-4"].algorithm.lr == 3e-4 and configs["kl0.04"].algorithm.kl_coef == 0.04
+    # the default recipe is GRPO's positive half; `grpo` is the like-for-like comparison with TRL
+    assert configs["default"].algorithm.advantage == configs["psr"].algorithm.advantage == "psr"
+    assert configs["grpo"].algorithm.advantage == "grpo"
 
 
 def test_parse_variants_named_custom_and_errors(bench) -> None:
     got = bench.parse_variants(["default", "fast=algorithm.lr=3e-4 'algorithm.loss_agg=token_mean'"])
     assert got == {"default": (), "fast": ("algorithm.lr=3e-4", "algorithm.loss_agg=token_mean")}
     assert bench.parse_variants([]) == {"default": ()}
-    with pytest.raises(ValueError, match=r"no variant named 'nope'; known: default, trl_match"):
+    with pytest.raises(ValueError, match=r"no variant named 'nope'; known: default, grpo, psr, trl_match"):
         bench.parse_variants(["nope"])
     with pytest.raises(ValueError, match=r"override 'algorithm.lr' is not key=value"):
         bench.parse_variants(["x=algorithm.lr"])
