@@ -4,7 +4,7 @@ list and the YAML files in step."""
 from __future__ import annotations
 
 RECIPE_LINES = {
-    "grpo_addition": "(default) GRPO on 2-digit addition after a cached SFT warm-up",
+    "grpo_addition": "(default) PSR, GRPO's positive half, on 2-digit addition after a cached SFT warm-up",
     "reward_model": "a Bradley-Terry reward model from the warm policy's verifier-labelled samples",
     "cooper": "policy and reward model trained together (Cooper)",
     "prime": "dense implicit process rewards (PRIME)",
