@@ -370,6 +370,16 @@ def test_psr_trains_only_the_rows_above_their_group_mean(reward_fn, scored):
     assert any(not torch.allclose(v, weights(grpo.model)[k]) for k, v in weights(psr.model).items())
 
 
+def test_train_step_published_returns_the_weights_of_the_new_version(reward_fn, scored):
+    """The object-store channel sends what `train_step_published` returns without asking again: it
+    must be the weights after the step, stamped with the step's version."""
+    learner = Learner(make_config(reward_fn))
+    payload, metrics = learner.train_step_published(scored)
+    assert payload["version"] == metrics["version"] == learner.version == 1
+    for k, v in learner.model.state_dict().items():
+        assert torch.equal(torch.from_numpy(payload["state"][k]), v), k
+
+
 def test_dense_token_rewards_make_per_token_advantages(tmp_path, reward_fn, scored):
     """A `token_rewards` column (e.g. PRIME's implicit process rewards) adds per-token advantages."""
     lengths = pa.compute.list_value_length(scored.column("response_ids")).to_numpy()
