@@ -497,7 +497,7 @@ def _restarts(handle) -> int | None:
         return None
 
 
-_restarts_read: tuple[float, dict[str, int] | None] = (float("-inf"), None)  # (when, table) of the last query
+_restarts_read: tuple[str, float, dict[str, int] | None] = ("", float("-inf"), None)  # (job, when, table), last query
 
 
 def _job_restarts(max_age_s: float = 0.0) -> dict[str, int] | None:
@@ -506,17 +506,21 @@ def _job_restarts(max_age_s: float = 0.0) -> dict[str, int] | None:
     loaded 2-core machine (benchmarks/orchestration_scaling.py); the one query for the job still
     cost ~1 ms of driver CPU per pool, so a table younger than `max_age_s` is reused."""
     global _restarts_read
-    when, table = _restarts_read
-    if time.monotonic() - when < max_age_s:
+    try:
+        job = ray.get_runtime_context().get_job_id()
+    except Exception:  # noqa: BLE001  (a count for metrics: never worth failing a step over)
+        return None
+    read_job, when, table = _restarts_read
+    if read_job == job and time.monotonic() - when < max_age_s:  # another run of this process: its own
         return table
     try:
         from ray._private.state import actors
 
-        job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
-        table = {actor_id: int(info["NumRestarts"]) for actor_id, info in actors(job_id=job).items()}
-    except Exception:  # noqa: BLE001  (a count for metrics: never worth failing a step over)
+        table = {actor_id: int(info["NumRestarts"]) for actor_id, info in
+                 actors(job_id=ray.JobID.from_hex(job)).items()}
+    except Exception:  # noqa: BLE001
         table = None
-    _restarts_read = (time.monotonic(), table)
+    _restarts_read = (job, time.monotonic(), table)
     return table
 
 

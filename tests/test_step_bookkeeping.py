@@ -93,7 +93,7 @@ def test_restart_counts_are_read_from_the_gcs_at_most_as_often_as_asked(monkeypa
     queries = []
     monkeypatch.setattr(ray._private.state, "actors", lambda job_id=None: queries.append(job_id) or {"a1": {"NumRestarts": len(queries)}})
     monkeypatch.setattr(ray, "get_runtime_context", lambda: type("C", (), {"get_job_id": lambda self: "01000000"})())
-    monkeypatch.setattr(roles, "_restarts_read", (float("-inf"), None))
+    monkeypatch.setattr(roles, "_restarts_read", ("", float("-inf"), None))
     clock = [50.0]
     monkeypatch.setattr(roles.time, "monotonic", lambda: clock[0])
     assert roles._job_restarts(1.0) == {"a1": 1}
