@@ -41,6 +41,7 @@ class Learner(Trainable):
         if model_source:
             self.model = modeling.load_model(model_source, attn=config.model.attn_implementation)
         self.model.to(self.device).train()
+        self._engine_setup()
         self.reference = None
         self.lr = lr or self.algo.lr
         self.wants_reference = reference and self.algo.kl_coef > 0

@@ -270,10 +270,26 @@ class LearnerConfig(Section):
     # optimizer state sharded over the ranks (torch.distributed.fsdp.fully_shard)
     strategy: Literal["ddp", "fsdp2"] = "ddp"
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on GPU, gloo on CPU
-    mixed_precision: Optional[Literal["bf16", "fp16"]] = None  # fsdp2 on GPU: compute dtype (fp32 master)
+    # Compute dtype of the learner's forward and backward passes, at any world size: auto is bf16 on
+    # a CUDA GPU (autocast; fp32 master weights and optimizer state), fp32 on a CPU (docs/learner.md)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    mixed_precision: Optional[Literal["bf16", "fp16"]] = None  # the old name of precision (fsdp2 only); kept
+    # Padding-free packed micro-batches (varlen attention): auto is on a GPU, off on a CPU, where
+    # padded micro-batches sharing each group's prompt forward are faster for short rows
+    packing: Literal["auto", "on", "off"] = "auto"
+    # recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute
+    gradient_checkpointing: bool = False
+    # the device's dense peak TFLOP/s for perf/mfu (None: known GPUs by name, bf16 or fp32/tf32)
+    peak_tflops: Optional[float] = Field(None, gt=0)
     cpu_offload: bool = False  # fsdp2 on GPU: parameters and optimizer state in host memory
     # a collective that waits longer (a rank died or hangs) fails instead of blocking for ever
     timeout_s: float = Field(600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _old_precision_name(self) -> "LearnerConfig":
+        if self.mixed_precision and self.precision == "auto":
+            self.precision = self.mixed_precision
+        return self
 
 
 # Each method's own loss aggregation, where it is not the token mean, by policy loss then advantage:
@@ -313,7 +329,10 @@ class AlgorithmConfig(Section):
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(256, gt=0)  # rows per forward/backward (memory)
+    micro_batch_size: int = Field(256, gt=0)  # at most this many rows per forward/backward
+    # at most this many tokens per forward/backward (prompt + response; padded ones where rows are
+    # padded): the memory knob. Rows are never split; a longer row runs alone (docs/learner.md#packing)
+    micro_batch_tokens: Optional[int] = Field(16384, gt=0)
     mini_batches: int = Field(1, ge=1)  # optimizer steps per train batch, of near-equal size
     # Skip the forward/backward of groups whose samples all got the same reward: with a
     # group-relative advantage they carry no gradient (the token-mean keeps the whole batch's count,

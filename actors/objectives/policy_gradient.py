@@ -51,6 +51,7 @@ class PolicyGradient(Objective):
 
         lrn, algo = self.learner, self.learner.algo
         started = time.perf_counter()
+        lrn.reset_peak_memory()
         table = B.concat(list(tables))
         B.validate(table)
         distinct = pc.count_distinct(table.column("uid")).as_py()
@@ -120,7 +121,9 @@ class PolicyGradient(Objective):
             out.update(rider.metrics(sums, len(norms)))
         out.update(reward_metrics)
         out["train/rows_computed_frac"] = computed / max(n, 1)
-        out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
+        elapsed = time.perf_counter() - started
+        out["time/learner_s"] = elapsed  # inside the learner, without the call
+        out.update(lrn.perf_metrics(sums.get("work_tokens", 0.0), sums.get("work_sq", 0.0), elapsed))
         return out
 
     def _gae(self, table: pa.Table, rewards: torch.Tensor, r_mask: torch.Tensor) -> tuple[torch.Tensor, pa.Table]:
@@ -150,12 +153,35 @@ class PolicyGradient(Objective):
         prox = torch.zeros_like(d["old_lp"])
         rows = torch.cat(mine)
         with torch.no_grad():
-            for mb, real in lrn.ranks.micro_batches(rows, lrn.algo.micro_batch_size, torch.cat(updates)):
-                lp = lrn._token_logprobs(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                         d["r_ids"][mb], d["p_width"], groups=d["groups"][mb], **lrn.sampling).cpu()
+            for mb, real in lrn.ranks.micro_batches(lrn.plan_micro_batches(rows, d), None, torch.cat(updates)):
+                lp = self._forward(lrn.model, d, mb)["logp"].cpu()
                 if real:
                     prox[mb] = lp
         return prox
+
+    def _forward(self, model, d: dict, mb: torch.Tensor, entropy: bool = False, tail: bool = False) -> dict:
+        """Rows `mb`: response log-probs [n, R] under the sampling distribution (with `entropy`, its
+        entropy; with `tail`, the logits after each response), packed or padded (learner.packing);
+        `tokens` and `sq` for the FLOP count."""
+        from actors.sampling import token_entropy, token_logprobs
+
+        lrn = self.learner
+        if lrn.packing:
+            return lrn._packed_stats(model, d, mb, entropy=entropy, tail=tail)
+        out = lrn._response_logits(model, d["ids"][mb], d["mask"][mb], d["positions"][mb], d["p_width"],
+                                   groups=d["groups"][mb], after=tail)
+        logits, tail_logits = out if tail else (out, None)
+        stats = {"logp": token_logprobs(logits, d["r_ids"][mb].to(lrn.device), **lrn.sampling), "tail": tail_logits}
+        if entropy:
+            stats["entropy"] = token_entropy(logits, **lrn.sampling)
+        # prompt tokens once per group (the shared-prompt forward), each response's own
+        lengths = d["mask"][mb].sum(1)
+        p_len = lengths - d["r_mask"][mb].sum(1)
+        groups, inverse = torch.unique(d["groups"][mb], return_inverse=True)
+        prompts = torch.zeros(len(groups), dtype=p_len.dtype).scatter_(0, inverse, p_len)  # one per group
+        stats["tokens"] = int(d["r_mask"][mb].sum() + prompts.sum())
+        stats["sq"] = float((lengths.double() ** 2).sum())
+        return stats
 
     def _loss(self, logp, old_lp, adv, prox, mask):
         """The policy loss under the off-policy correction (any loss composes with any correction)."""
@@ -191,7 +217,6 @@ class PolicyGradient(Objective):
         over the rows that need a forward pass (`own`: this rank's share of them). A non-finite loss
         or gradient skips the step (counted, warned) instead of poisoning the weights."""
         from actors.algorithms import KL_ESTIMATORS
-        from actors.sampling import token_entropy, token_logprobs
 
         lrn, dev, p_width = self.learner, self.learner.device, d["p_width"]
         kl_estimator = KL_ESTIMATORS.get(lrn.algo.kl_estimator)
@@ -202,10 +227,19 @@ class PolicyGradient(Objective):
         for param in lrn.trained_parameters():  # a fresh or just-restored process has None grads
             if param.grad is None and param.requires_grad:
                 param.grad = torch.zeros_like(param)
-        part = {k: 0.0 for k in sums}
+        part = {k: 0.0 for k in sums} | {"work_tokens": 0.0, "work_sq": 0.0}
         if lrn.algo.entropy_coef > 0:  # every rank reduces the same keys
             part["entropy"] = 0.0
-        finite = True
+        # Sums stay on the device (in float64, as Python floats summed them) and are read once after
+        # the loop: no host synchronisation inside it, so the next micro-batch is queued while the
+        # device still runs this one.
+        acc: dict[str, torch.Tensor] = {}
+
+        def add(key: str, value: torch.Tensor) -> None:
+            value = value.detach().double()
+            acc[key] = acc[key] + value if key in acc else value
+
+        nonfinite = torch.zeros((), dtype=torch.bool, device=dev)
         compute = rows[needed[rows]]
         riders = self.riders()
         after = any(r.needs_tail for r in riders)
@@ -213,19 +247,21 @@ class PolicyGradient(Objective):
         scale = lrn.ranks.world_size
         for rider in riders:
             rider.begin(d, rows)
-        for mb, real in lrn.ranks.micro_batches(own, lrn.algo.micro_batch_size, compute):
+        for mb, real in lrn.ranks.micro_batches(lrn.plan_micro_batches(own, d), None, compute):
             m = d["r_mask"][mb].to(dev).float()
-            out = lrn._response_logits(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb], p_width,
-                                       groups=d["groups"][mb], after=after)
-            logits, tail = out if after else (out, None)
-            logp = token_logprobs(logits, d["r_ids"][mb].to(dev), **lrn.sampling)
+            fwd = self._forward(lrn.model, d, mb, entropy=lrn.algo.entropy_coef > 0, tail=after)
+            logp, tail = fwd["logp"], fwd["tail"] if after else None
+            if real:  # the FLOP count's inputs (summed over ranks with the other sums)
+                part["work_tokens"] += fwd["tokens"]
+                part["work_sq"] += fwd["sq"]
             pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
                                    None if d["prox"] is None else d["prox"][mb].to(dev), m)
             loss = pg
             if lrn.algo.entropy_coef > 0:  # a bonus on the sampling distribution's entropy
-                ent = token_entropy(logits, **lrn.sampling)
+                ent = fwd["entropy"]
                 loss = loss - lrn.algo.entropy_coef * ent
-                part["entropy"] += (ent.detach() * m).sum().item() if real else 0.0
+                if real:
+                    add("entropy", (ent * m).sum())
             terms = []
             for rider in riders:
                 term, rider_sums = rider.term(tail, d, mb)
@@ -235,27 +271,27 @@ class PolicyGradient(Objective):
                     part[k] = part.get(k, 0.0) + (v if real else 0.0)
             if lrn.reference is not None:
                 with torch.no_grad():
-                    ref_lp = lrn._token_logprobs(lrn.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                                 d["r_ids"][mb], p_width, groups=d["groups"][mb], **lrn.sampling)
+                    ref_lp = self._forward(lrn.reference, d, mb)["logp"]
                 kl = kl_estimator(logp, ref_lp)
                 loss = loss + lrn.algo.kl_coef * kl
-                part["kl"] += (kl.detach() * m).sum().item() if real else 0.0
+                if real:
+                    add("kl", (kl * m).sum())
             total = (loss * m * row_w[mb].to(dev)[:, None]).sum()  # the update's aggregation (loss_agg)
             for term in terms:
                 total = total + term
             if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
                 (total * 0).backward()
                 continue
-            if not torch.isfinite(total):
-                finite = False
-                if not lrn.ranks.sharded:
-                    break
+            nonfinite |= ~torch.isfinite(total.detach())  # a poisoned gradient: the step is skipped
             (total * scale).backward()
-            with torch.no_grad():
-                part["loss"] += (loss * m).sum().item()
-                part["pg_loss"] += (pg * m).sum().item()
-                part["clip_frac"] += (stats["clip_frac"] * m).sum().item()
-                part["is_weight"] += (stats["is_weight"] * m).sum().item()
+            add("loss", (loss * m).sum())
+            add("pg_loss", (pg * m).sum())
+            add("clip_frac", (stats["clip_frac"] * m).sum())
+            add("is_weight", (stats["is_weight"] * m).sum())
+        if acc:  # one read for every sum
+            for k, v in zip(acc, torch.stack(list(acc.values())).tolist()):
+                part[k] += v
+        finite = not bool(nonfinite)
         grad_norm = lrn.clip_grads(lrn.algo.grad_clip)
         finite = lrn.ranks.all(finite)
         if finite and torch.isfinite(grad_norm):
