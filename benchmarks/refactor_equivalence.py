@@ -6,7 +6,8 @@ before the refactor and after it must log the same per-step values.
     python benchmarks/refactor_equivalence.py --before /path/to/old/checkout --after .
 
 Each checkout needs a Python that imports its own code (its `.venv/bin/python`). Writes
-benchmarks/results/refactor_equivalence.json."""
+benchmarks/results/raw/refactor_equivalence.json and its section of the summary
+benchmarks/results/refactor_equivalence.md."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from summary import RAW, write as write_summary  # noqa: E402
 
 # the same short setting for every recipe: 1-digit addition, small batches, a short warm-up
 SMALL = ["data.arithmetic.digits=1", "data.eval_size=32", "rollout.prompts_per_step=8",
@@ -54,7 +59,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True)
     parser.add_argument("--after", type=Path, default=Path("."))
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/refactor_equivalence.json"))
+    parser.add_argument("--out", type=Path, default=RAW / "refactor_equivalence.json")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="equiv-") as tmp:
@@ -70,6 +75,11 @@ def main() -> None:
                   f"({len(got['after'].get('rows', []))} steps)", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
+    rows = [{"recipe": r, "steps": len(v["after"].get("rows", [])), "per-step values": "identical" if v["identical"]
+             else "DIFFERENT"} for r, v in results.items()]
+    write_summary("refactor_equivalence", args.out.stem, "| recipe | steps | per-step values |\n|---|---:|---|\n" +
+                  "\n".join(f"| `{r['recipe']}` | {r['steps']} | {r['per-step values']} |" for r in rows),
+                  raw=[args.out], protocol=f"before {args.before}, after {args.after}; fields {', '.join(FIELDS)}")
 
 
 if __name__ == "__main__":
