@@ -283,6 +283,18 @@ def run_seed(args, seed: int) -> dict:
     return out
 
 
+def table(result: dict) -> str:
+    """Per variant, medians over seeds (a results file's `summary`)."""
+    summary = result["summary"]
+    lines = ["| variant | response tok/s | all tok/s | MFU | x bare | peak GiB |", "|---|---:|---:|---:|---:|---:|"]
+    for v in result["runs"][0]["step_s"]:
+        cell = lambda k, f: f(summary[k][v]["median"]) if k in summary and v in summary[k] else "-"  # noqa: E731
+        lines.append(f"| {v} | {cell('response_tokens_per_s', lambda x: f'{x:,.0f}')} | "
+                     f"{cell('tokens_per_s', lambda x: f'{x:,.0f}')} | {cell('mfu', lambda x: f'{x:.1%}')} | "
+                     f"{cell('ratio_to_bare', lambda x: f'{x:.3f}')} | {cell('peak_memory_gib', lambda x: f'{x:.1f}')} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -316,14 +328,16 @@ def main() -> None:
                                            else ROOT / "benchmarks" / "results" / "raw" / "learner_speed.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print("\n| variant | response tok/s | all tok/s | MFU | x bare | peak GiB |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for v in runs[0]["step_s"]:
-        cell = lambda k, f: f(summary[k][v]["median"]) if k in summary and v in summary[k] else "-"  # noqa: E731
-        print(f"| {v} | {cell('response_tokens_per_s', lambda x: f'{x:,.0f}')} | "
-              f"{cell('tokens_per_s', lambda x: f'{x:,.0f}')} | {cell('mfu', lambda x: f'{x:.1%}')} | "
-              f"{cell('ratio_to_bare', lambda x: f'{x:.3f}')} | {cell('peak_memory_gib', lambda x: f'{x:.1f}')} |")
-    print(f"wrote {out}")
+    print("\n" + table(result))
+    # the summary section; on a lent device machine into $OUT, the folder that comes back
+    from summary import write as write_summary
+
+    summary_md = write_summary("learner_speed", out.stem, table(result), raw=[out], protocol=(
+        f"{args.device}, preset {args.preset}, {args.prompts} prompts x {args.samples} samples, responses "
+        f"{args.rlen - 64}-{args.rlen} tokens, budget {args.budget} tokens, seeds {args.seeds}, {args.warmup} untimed + "
+        f"{args.steps} timed steps, variants {','.join(args.variants)}"),
+        **({"folder": Path(os.environ["OUT"])} if os.environ.get("OUT") else {}))
+    print(f"wrote {out} and {summary_md}")
 
 
 if __name__ == "__main__":

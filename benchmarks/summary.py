@@ -58,8 +58,8 @@ def cpu() -> str:
 def provenance() -> dict[str, str]:
     """Commit, machine, date and command of the measurement running in this process."""
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()
-               if not line[3:].startswith("benchmarks/results/")]
+    changed = [name for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if not (name := line.split(None, 1)[-1]).startswith("benchmarks/results/")]
     if changed:
         commit += f" with uncommitted changes to {', '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}"
     machine = cpu()
