@@ -58,7 +58,7 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
     dtype = query.dtype
     if torch.is_autocast_enabled(query.device.type):  # rotary embeddings leave q, k in fp32 under autocast
         dtype = torch.get_autocast_dtype(query.device.type)
-    q, k, v = (t[0].transpose(0, 1).to(dtype) for t in (query, key, value))  # [T, H, D]
+    q, k, v = (t[0].transpose(0, 1).to(dtype).contiguous() for t in (query, key, value))  # [T, H, D]
     if kernel(q.device, dtype) == "varlen":
         out = _flash(q, k, v, cu_seq_lens_q.to(q.device, torch.int32), int(max_length_q), scaling, groups)
     else:
