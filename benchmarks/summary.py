@@ -57,7 +57,8 @@ def cpu() -> str:
 
 def provenance() -> dict[str, str]:
     """Commit, machine, date and command of the measurement running in this process."""
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    # a copy of the tree without .git (a lent device machine) is told its commit by COEVO_COMMIT
+    commit = _git("rev-parse", "--short", "HEAD") or os.environ.get("COEVO_COMMIT", "unknown")
     changed = [name for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()
                if not (name := line.split(None, 1)[-1]).startswith("benchmarks/results/")]
     if changed:
