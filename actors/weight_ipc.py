@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from actors.weight_transport import ALIGN, WeightTransportError
-
+ALIGN = 16  # byte offsets of tensors in the buffer, so every dtype can be viewed in place
 _EXPORTED: list[torch.Tensor] = []  # the learner's latest buffer (one): a handle is only good while it lives
+
+
+class WeightTransportError(RuntimeError):
+    """CUDA IPC cannot carry this update (no GPU here, a GPU this process cannot see); the channel
+    sends the object store's payload instead."""
 
 
 def identity(actor) -> dict | None:

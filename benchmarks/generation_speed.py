@@ -102,8 +102,9 @@ def measure(args) -> dict:
     for name in names:  # untimed: CUDA context, kernels, a static cache's compilation
         fns[name]()
     runs = {name: [] for name in names}
-    for seed in args.seeds:
-        order = names if seed % 2 == 0 else names[::-1]  # neither always goes first
+    rounds = [(r, seed) for r in range(args.repeats) for seed in args.seeds]
+    for i, (r, seed) in enumerate(rounds):
+        order = names if i % 2 == 0 else names[::-1]  # neither always goes first
         for name in order:
             torch.manual_seed(seed)
             sync(args.device)
@@ -111,19 +112,21 @@ def measure(args) -> dict:
             tokens = fns[name]()
             sync(args.device)
             seconds = time.perf_counter() - start
-            runs[name].append({"seed": seed, "s": seconds, "new_tokens": tokens, "tokens_per_s": tokens / seconds})
+            runs[name].append({"seed": seed, "round": r, "s": seconds, "new_tokens": tokens,
+                               "tokens_per_s": tokens / seconds})
             print(f"seed {seed} {name:12} {seconds:8.3f} s  {tokens / seconds:9.0f} new tok/s", flush=True)
     summary = {name: {"median_s": statistics.median(r["s"] for r in rs), "min_s": min(r["s"] for r in rs),
                       "max_s": max(r["s"] for r in rs),
                       "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs)} for name, rs in runs.items()}
     for name in names:
         if name != "coevo" and "coevo" in runs:  # coevo's speed over the other's, paired by seed
-            ratios = [b["s"] / c["s"] for c, b in zip(runs["coevo"], runs[name])]
+            ratios = [b["s"] / c["s"] for c, b in zip(runs["coevo"], runs[name])]  # paired by seed and round
             summary[f"coevo_vs_{name}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     params = sum(p.numel() for p in model.parameters())
     return {"preset": args.preset, "params": params, "device": args.device, "machine": machine(args.device),
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
             "prompts": prompts_n, "samples": samples, "new_tokens": new_tokens, "seeds": args.seeds,
+            "repeats": args.repeats,
             "load": os.getloadavg(), "runs": runs, "summary": summary}
 
 
@@ -142,7 +145,7 @@ def table(result: dict) -> str:
     s = result["summary"]
     head = (f"{result['preset']} ({result['params'] / 1e6:.1f}M params, {result['dtype']}) on {result['machine']}: "
             f"{result['prompts']} prompts x {result['samples']} samples x {result['new_tokens']} new tokens, "
-            f"seeds {result['seeds']}")
+            f"seeds {result['seeds']} x {result.get('repeats', 1)} rounds, load {result['load'][0]:.1f}")
     lines = [head, f"{'variant':14} {'median s':>9} {'min-max s':>15} {'new tok/s':>10}"]
     for name, v in s.items():
         if name.startswith("coevo_vs_"):
@@ -150,7 +153,7 @@ def table(result: dict) -> str:
         lines.append(f"{name:14} {v['median_s']:9.3f} {v['min_s']:7.3f}-{v['max_s']:<7.3f} {v['tokens_per_s']:10.0f}")
     for name, v in s.items():
         if name.startswith("coevo_vs_"):
-            lines.append(f"{name}: {v['median']:.3f}x (seeds {v['min']:.3f}-{v['max']:.3f}; goal >= 0.95)")
+            lines.append(f"{name}: {v['median']:.3f}x (runs {v['min']:.3f}-{v['max']:.3f}; goal >= 0.95)")
     return "\n".join(lines)
 
 
@@ -164,6 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--samples", type=int, default=0)
     parser.add_argument("--new-tokens", type=int, default=0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--repeats", type=int, default=1, help="rounds over the seeds (a loaded machine needs more)")
     parser.add_argument("--variants", default="coevo,bare", help="any of coevo,bare,bare_static")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a CPU, all on a GPU host)")
     parser.add_argument("--out", help="write the result as JSON here")

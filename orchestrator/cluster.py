@@ -44,7 +44,7 @@ def connect(ray_cfg) -> tuple[str, bool]:
             os.environ["PYTHONPATH"] = before
     where = ray.get_runtime_context().gcs_address
     have = ray.cluster_resources()
-    gpus = f", {have['GPU']:g} GPUs" if have.get("GPU") else ""
+    gpus = f", {have['GPU']:g} GPU{'s' * (have['GPU'] != 1)}" if have.get("GPU") else ""
     return f"started a local Ray cluster ({int(have.get('CPU', 0))} CPUs{gpus}, {where})", True
 
 

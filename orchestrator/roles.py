@@ -472,9 +472,7 @@ class Pool:
 
     async def _sync(self, rep: Replica, version: int, payload, own=None) -> None:
         try:
-            if own is not None and await self._took_own(rep, version, own):
-                pass
-            else:
+            if own is None or not await self._took_own(rep, version, own):
                 if payload is None:  # every replica was to take a payload of its own: make the common one now
                     version, payload = await self.payload()
                 await rep.handle.update_weights.remote(version, payload)
@@ -490,15 +488,14 @@ class Pool:
 
     async def _took_own(self, rep: Replica, version: int, own) -> bool:
         """Install `version` from the replica's own payload; False where that failed for a reason the
-        object store does not share (a handle it could not open), which is then logged and counted.
-        A payload that does not fit, or memory that runs out, fails the same either way: raised."""
-        from orchestrator.memory import is_oom
-
+        object store may not share (a handle it could not open; the learner's GPU too full for the
+        copy it shares), which is then logged and counted. A payload that does not fit fails the
+        same either way: raised."""
         try:
             await rep.handle.update_weights.remote(version, own)
             return True
         except ray.exceptions.RayTaskError as e:
-            if type(e.cause).__name__ == "WeightMismatchError" or is_oom(e):
+            if type(e.cause).__name__ == "WeightMismatchError":
                 raise
             from orchestrator.errors import actor_error_message
             self.own_fallbacks += 1

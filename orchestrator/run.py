@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from orchestrator import checkpoint as ckpt
-from orchestrator import cluster, frozen, memory, names, placement
+from orchestrator import cluster, fit, frozen, names, placement
 from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
 from orchestrator.data import PromptSampler, load_prompts
@@ -193,8 +193,8 @@ class Run:
             self.progress.print(note)
         # the roles' models against their GPU shares, where this process sees the GPU they run on
         one_node = local or sum(n.get("Alive", False) for n in ray.nodes()) == 1
-        gpu = memory.gpu_memory() if one_node and self.gpus_usable and not nested else None
-        memory.check_fit(cfg, {n: resolve(s, cfg.roles.get(n), cfg) for n, s in plan.assign(roles).items()}, gpu)
+        gpu = fit.gpu_memory() if one_node and self.gpus_usable and not nested else None
+        fit.check_fit(cfg, {n: resolve(s, cfg.roles.get(n), cfg) for n, s in plan.assign(roles).items()}, gpu)
         return plan
 
     def role_specs(self, sources: Sources, stand_ins: bool = False) -> dict:

@@ -149,3 +149,10 @@ def test_on_a_cluster_with_one_gpu_a_torch_without_cuda_keeps_the_cpu(one_gpu, m
     run = Run(load_config(None, []), tmp_path, resume=False)
     run.progress = SimpleNamespace(print=printed.append)
     assert run._plan_gpus(local=False, nested=False).gpus == {"generator": 0.45, "policy_learner": 0.45}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_machine_this_torch_counts_as_usable() -> None:
+    assert placement.cuda_usable()
+    assert plan(cuda_ok=placement.cuda_usable()).gpus == {"generator": 0.45, "policy_learner": 0.45}

@@ -91,3 +91,26 @@ def test_a_generator_that_shares_a_gpu_frees_its_kv_cache() -> None:
     tok = modeling.char_tokenizer()
     on_cpu = HFBackend(modeling.tiny_model(tok, **TINY), tok, free_memory=True)
     assert not on_cpu.free_memory and not on_cpu.defer_stop  # nothing to give back on a CPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_late_check_returns_the_same_samples_and_a_shared_gpu_gets_its_memory_back() -> None:
+    tok = modeling.char_tokenizer()
+    model = modeling.tiny_model(tok, **TINY, init_std=0.5, seed=3).to(torch.bfloat16)
+    backend = HFBackend(model, tok, device="cuda", free_memory=True)
+    assert backend.defer_stop and backend.free_memory
+    eos = backend.eos_ids
+    for early in (False, True):
+        backend.eos_ids = sorted(set(eos) | set(range(3, 60))) if early else eos
+        for seed in range(3):
+            kwargs = dict(n=4, max_new_tokens=16, next_token=5)
+            same(run(backend, False, seed, **kwargs), run(backend, True, seed, **kwargs))
+    backend.eos_ids = eos
+    weights = torch.cuda.memory_allocated()
+    backend.generate(PROMPTS * 16, n=8, max_new_tokens=64)
+    freed = torch.cuda.memory_reserved()
+    backend.free_memory = False
+    backend.generate(PROMPTS * 16, n=8, max_new_tokens=64)
+    kept = torch.cuda.memory_reserved()
+    assert weights <= freed < kept  # the KV cache's blocks went back to the GPU; without, the allocator kept them

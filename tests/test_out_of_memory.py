@@ -13,7 +13,7 @@ import pytest
 import ray
 import torch
 
-from orchestrator import memory
+from orchestrator import fit, memory
 from orchestrator.config import ConfigError, load_config
 from orchestrator.rank_group import RankGroup
 from orchestrator.roles import Pool, RoleSpec, resolve
@@ -66,16 +66,16 @@ def specs(cfg, **gpus) -> dict:
 
 def test_the_parameter_count_is_the_models() -> None:
     cfg = load_config(None, PRESET_05B)
-    assert memory.parameter_count(cfg.model) == 486_756_352  # issue 31's 0.5B preset: 486.8M
+    assert fit.parameter_count(cfg.model) == 486_756_352  # issue 31's 0.5B preset: 486.8M
     from actors import modeling
     small = load_config(None, [])
-    assert memory.parameter_count(small.model) == sum(p.numel() for p in modeling.build(small.model, 0)[0].parameters())
+    assert fit.parameter_count(small.model) == sum(p.numel() for p in modeling.build(small.model, 0)[0].parameters())
 
 
 def test_models_that_cannot_fit_their_gpu_share_are_refused_before_start() -> None:
     cfg = load_config(None, PRESET_05B)
     with pytest.raises(ConfigError) as e:
-        memory.check_fit(cfg, specs(cfg, generator=0.45, policy_learner=0.45), (8 * GiB, "stub GPU"))
+        fit.check_fit(cfg, specs(cfg, generator=0.45, policy_learner=0.45), (8 * GiB, "stub GPU"))
     msg = str(e.value)
     assert msg.startswith("the roles' models do not fit the GPU memory they ask for (stub GPU, 8.0 GiB; a model "
                           "of 486.8M parameters; activations come on top):")
@@ -84,20 +84,20 @@ def test_models_that_cannot_fit_their_gpu_share_are_refused_before_start() -> No
             "parameter)); its share roles.policy_learner.num_gpus=0.45 is 3.6 GiB") in msg
     assert "  generator:" not in msg.split("to lower")[0]
     assert "algorithm.micro_batch_size" in msg and "learner.strategy=fsdp2" in msg
-    memory.check_fit(cfg, specs(cfg, generator=0.45, policy_learner=0.45), (80 * GiB, "stub GPU"))  # fits
-    memory.check_fit(cfg, specs(cfg, generator=0.45, policy_learner=0.45), None)  # size unknown: not checked
-    memory.check_fit(cfg, specs(cfg), (1 * GiB, "stub GPU"))  # every role on the CPU: nothing to check
+    fit.check_fit(cfg, specs(cfg, generator=0.45, policy_learner=0.45), (80 * GiB, "stub GPU"))  # fits
+    fit.check_fit(cfg, specs(cfg, generator=0.45, policy_learner=0.45), None)  # size unknown: not checked
+    fit.check_fit(cfg, specs(cfg), (1 * GiB, "stub GPU"))  # every role on the CPU: nothing to check
     # the KV cache of the samples counts: 256 x 200 new tokens is 1.6 GiB beside 0.9 GiB of weights
     with pytest.raises(ConfigError, match=r"  generator: at least 2.5 GiB a replica \(weights \(2 bytes a parameter\) "
                                           r"\+ the KV cache of 256 samples x 200 new tokens\)"):
-        memory.check_fit(cfg, specs(cfg, generator=0.25, policy_learner=0.7), (8 * GiB, "stub GPU"))
+        fit.check_fit(cfg, specs(cfg, generator=0.25, policy_learner=0.7), (8 * GiB, "stub GPU"))
     # a frozen reference adds its copy; fsdp2 ranks share the rest
     ref = load_config(None, PRESET_05B + ["algorithm.kl_coef=0.1"])
-    need, why = memory.needs("policy_learner", specs(ref)["policy_learner"], ref, 1000)
+    need, why = fit.needs("policy_learner", specs(ref)["policy_learner"], ref, 1000)
     assert need == 16_000 + 2_000 and "its frozen reference (2 bytes a parameter)" in why
     fsdp = load_config(None, PRESET_05B + ["learner.strategy=fsdp2", "roles.policy_learner.replicas=4"])
     spec = resolve(specs(fsdp)["policy_learner"], fsdp.roles["policy_learner"], fsdp)
-    assert memory.needs("policy_learner", spec, fsdp, 1000)[0] == 4_000
+    assert fit.needs("policy_learner", spec, fsdp, 1000)[0] == 4_000
 
 
 # ---- a role that runs out of memory ----------------------------------------------------------------
@@ -201,3 +201,15 @@ def test_coevo_run_stops_at_the_first_out_of_memory(where, ray_env, tmp_path) ->
     assert "restarting the run" not in out and "retrying its work elsewhere" not in out
     metrics = tmp_path / "run" / "metrics.jsonl"
     assert not metrics.is_file() or not metrics.read_text().strip()  # not one step went through
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_real_cuda_out_of_memory_error_is_recognised_and_the_gpu_is_measured() -> None:
+    with pytest.raises(torch.cuda.OutOfMemoryError) as e:
+        torch.empty(2**50, dtype=torch.uint8, device="cuda")
+    assert memory.is_oom(e.value)
+    msg = str(memory.out_of_memory("generator", "generator", "generate", e.value))
+    assert "ran out of memory during generation: CUDA out of memory. Tried to allocate" in msg
+    total, name = fit.gpu_memory()
+    assert total == torch.cuda.get_device_properties(0).total_memory and name

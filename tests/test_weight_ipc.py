@@ -15,7 +15,7 @@ import ray
 import torch
 
 from actors import modeling, weight_ipc
-from actors.weight_transport import WeightTransportError
+from actors.weight_ipc import WeightTransportError
 from actors.weights import export_state, inference_copy, load_state, payload_state
 from orchestrator.channels import Channel
 from orchestrator.config import WeightsConfig
