@@ -46,7 +46,7 @@ class Learner(Trainable):
         self.lr = lr or self.algo.lr
         self.wants_reference = reference and self.algo.kl_coef > 0
         if self.wants_reference:  # frozen copy of the starting policy (replaced on resume)
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False).to(self.frozen_dtype())
         self.skipped_steps = 0
         self._sft_optimizer = self._sft_lr = None
         self.objectives = build(default_objectives(config) if objectives is None else objectives, self)

@@ -119,11 +119,17 @@ class Trainable:
         (one batched foreach pass)."""
         return self.ranks.clip_grads(self.trained_parameters(), max_norm)
 
+    def frozen_dtype(self) -> torch.dtype:
+        """The dtype of the frozen copies this learner keeps (its reference): model.dtype, bfloat16 on a
+        GPU by default; float32 under fsdp2, where the reference is sharded like the model."""
+        from actors.modeling import inference_dtype
+        return torch.float32 if self.ranks.sharded else inference_dtype(self.config.model.dtype, self.device)
+
     def frozen_copy(self) -> torch.nn.Module:
-        """The current weights as a frozen model (a reference), sharded like the model."""
+        """The current weights as a frozen model (a reference, in `frozen_dtype`), sharded like the model."""
         import copy
         if not self.ranks.sharded:
-            return copy.deepcopy(self.model).eval().requires_grad_(False)
+            return copy.deepcopy(self.model).eval().requires_grad_(False).to(self.frozen_dtype())
         self.ranks.load_full_state(self._reference_shell, self.ranks.full_state(self.model, everywhere=True))
         return self._reference_shell
 
@@ -243,7 +249,7 @@ class Trainable:
     def load_reference(self, path: str) -> None:
         from actors import modeling
         reference = modeling.load_model(path, attn=self.config.model.attn_implementation)
-        reference = reference.to(self.device).eval().requires_grad_(False)
+        reference = reference.to(self.device, self.frozen_dtype()).eval().requires_grad_(False)
         if self.ranks.sharded:
             self.ranks.load_full_state(self._reference_shell, reference.state_dict())
             reference = self._reference_shell

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -68,6 +68,11 @@ class ModelConfig(Section):
     # choice (sdpa). On CPU with sequences of tens of tokens `eager` made the learner 14% faster
     # and generation 11% slower (docs/benchmarks.md); sdpa is the usual choice on GPUs.
     attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = None
+    # The dtype of every copy of the model that does not train: generators, judges, frozen KL
+    # references and reward models (a learner keeps float32 master weights). auto: bfloat16 where
+    # the copy runs on a GPU, float32 on a CPU. Weight updates are cast to it as they load
+    # (docs/gpu.md).
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
 
 class ArithmeticConfig(Section):
@@ -250,7 +255,11 @@ class ReplicaRole(Section):
     # ... and the learner waited on rollouts for at least this fraction of the step
     scale_up_wait_frac: float = Field(0.1, ge=0, le=1)
     num_cpus: float = Field(1, ge=0)
-    num_gpus: float = Field(0, ge=0)
+    # GPUs per replica; a fraction shares a GPU with other roles. auto: where the cluster has GPUs
+    # when the run starts, the roles that run models (generators and judges, learners, reward
+    # models) get them, sharing a GPU where there are fewer GPUs than such replicas; none on a
+    # CPU-only cluster (docs/gpu.md). A number is used as given.
+    num_gpus: Union[Annotated[float, Field(ge=0)], Literal["auto"]] = "auto"
     threads: int = Field(0, ge=0)  # torch threads per replica; 0: train.threads
     max_restarts: int = Field(10, ge=-1)  # Ray restarts a dead replica this often (-1: always)
     # a call that takes longer counts as a hung replica: restarted, its work retried once; unset:
@@ -416,6 +425,8 @@ class TrainConfig(Section):
 class RayConfig(Section):
     address: Optional[str] = None  # else RAY_ADDRESS, else an embedded local cluster
     num_cpus: Optional[int] = Field(None, gt=0)  # local cluster only
+    # local cluster only: the GPUs it offers (None: what Ray detects; 0 keeps every role on the CPU)
+    num_gpus: Optional[int] = Field(None, ge=0)
     dashboard: bool = False  # local cluster only; clusters started with `ray start` have one
 
 
@@ -428,6 +439,10 @@ class WeightsConfig(Section):
     bucket_mb: float = Field(256.0, gt=0)  # bucket size of the collective broadcast, MiB
     # auto: nccl when the learner and every target replica have a GPU, else gloo
     backend: Literal["auto", "gloo", "nccl"] = "auto"
+    # object_store: a replica on the learner's own GPU (colocated, one learner rank) takes each
+    # version through CUDA IPC handles to a copy on that GPU instead, falling back to the object
+    # store where that fails (docs/weights.md)
+    cuda_ipc: bool = True
     # a collective publish (forming the group, or one broadcast) that takes longer fails; the
     # channel then sends that version through the object store and forms a new group next time
     timeout_s: float = Field(300.0, gt=0)

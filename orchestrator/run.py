@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from orchestrator import checkpoint as ckpt
-from orchestrator import cluster, frozen, names
+from orchestrator import cluster, fit, frozen, names, placement
 from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
 from orchestrator.data import PromptSampler, load_prompts
@@ -21,7 +21,7 @@ from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
 from orchestrator.pools import build_pools, ready
-from orchestrator.roles import RoleError
+from orchestrator.roles import RoleError, resolve
 from orchestrator.stage_driver import StageDriver
 
 
@@ -61,6 +61,7 @@ class Run:
         self.progress = RunProgress()
         self.ctx: RunContext | None = None
         self.nested: list[Run] = []  # runs a stage runs inside this one (an auto reward model's)
+        self._placed: set[str] = set()  # pools whose placement was printed
 
     # ---- sources ------------------------------------------------------------------------------------
     def _learner_roles(self) -> list[str]:
@@ -104,6 +105,7 @@ class Run:
             self._install_signals()
         else:
             local = False
+        self.gpu_plan = self._plan_gpus(local, nested)
         t_ray = time.perf_counter() - t_start
         prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction)
         warm_info: dict = {}
@@ -125,7 +127,7 @@ class Run:
                 sources.policy = str(self.run_dir / self._frozen["policy"])
             sources.reward_models = {n: str(self.run_dir / rel) for n, rel in self._frozen["reward_models"].items()}
         self._policy_source = sources.policy
-        roles = self.recipe.roles(cfg, sources)
+        roles = self.role_specs(sources)
         cluster.check_resources(cfg, roles, local)
         pools.update(build_pools({k: v for k, v in roles.items() if k not in pools}, cfg))
         sampler = PromptSampler(prompts.train, cfg.seed, **(self.state["sampler"] if self.state else {}))
@@ -135,6 +137,7 @@ class Run:
                                     pools=pools, metrics=metrics, progress=self.progress)
         ctx.stop_requested = self._pending_stop
         await ready(pools)
+        await self.report_placement(pools)
         for line in filter(None, (pool.describe() for pool in pools.values())):
             self.progress.print(line)
         ctx.channels = self.recipe.channels(ctx)
@@ -172,6 +175,38 @@ class Run:
                    **ctx.last_eval, **ctx.rollouts.accounting(), **warm_info, **self._warm_start}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+    # ---- GPUs (orchestrator.placement) ----------------------------------------------------------------
+    def _plan_gpus(self, local: bool, nested: bool) -> placement.Plan:
+        """GPUs for the roles that say auto. An embedded cluster's GPUs count only where this torch can
+        use CUDA; a joined cluster's are taken at Ray's word. A nested run (a stage's, on this run's
+        Ray) plans with what is still free, and with its parent's verdict on CUDA."""
+        import ray
+
+        cfg = self.config
+        if self.gpus_usable is None:
+            self.gpus_usable = placement.cuda_usable() if local else True
+        roles = {**self.recipe.stage_roles(cfg, Sources()), **self.recipe.roles(cfg, Sources())}
+        resources = ray.available_resources() if nested else ray.cluster_resources()
+        plan = placement.make_plan(cfg, roles, resources, self.gpus_usable)
+        for note in plan.notes:
+            self.progress.print(note)
+        # the roles' models against their GPU shares, where this process sees the GPU they run on
+        one_node = local or sum(n.get("Alive", False) for n in ray.nodes()) == 1
+        gpu = fit.gpu_memory() if one_node and self.gpus_usable and not nested else None
+        fit.check_fit(cfg, {n: resolve(s, cfg.roles.get(n), cfg) for n, s in plan.assign(roles).items()}, gpu)
+        return plan
+
+    def role_specs(self, sources: Sources, stand_ins: bool = False) -> dict:
+        """The recipe's roles (`stand_ins`: its stage roles) with the GPUs planned for them."""
+        make = self.recipe.stage_roles if stand_ins else self.recipe.roles
+        return self.gpu_plan.assign(make(self.config, sources))
+
+    async def report_placement(self, pools: dict) -> None:
+        """Print where the replicas of pools not yet reported landed, where any asked for a GPU."""
+        line = await placement.landed(pools, self._placed)
+        if line:
+            self.progress.print(line)
 
     async def _publish_all(self, ctx: RunContext) -> None:
         for name, channel in ctx.channels.items():
@@ -225,6 +260,8 @@ class Run:
                  "warm_start": self._warm_start}
         return ckpt.commit(tmp, state, self.config.train.keep_checkpoints)
 
+    gpu_plan: placement.Plan = placement.Plan()
+    gpus_usable: bool | None = None  # whether this torch can use the cluster's GPUs (None: not asked yet)
     _reward_model_sources: dict = {}
     _frozen: dict | None = None  # orchestrator.frozen's index of the run's frozen models
     _policy_source: str | None = None
