@@ -283,6 +283,16 @@ def run_seed(args, seed: int) -> dict:
     return out
 
 
+def summarise(runs: list[dict]) -> dict:
+    summary = {}
+    for key in ("response_tokens_per_s", "tokens_per_s", "mfu", "ratio_to_bare", "peak_memory_gib"):
+        if all(key in r for r in runs):
+            summary[key] = {v: {"median": statistics.median(r[key][v] for r in runs),
+                                "min": min(r[key][v] for r in runs), "max": max(r[key][v] for r in runs)}
+                            for v in runs[0][key]}
+    return summary
+
+
 def table(result: dict) -> str:
     """Per variant, medians over seeds (a results file's `summary`)."""
     summary = result["summary"]
@@ -316,18 +326,14 @@ def main() -> None:
                f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), torch {torch.__version__}")
     print(f"{machine}; preset {args.preset}; {args.prompts}x{args.samples} rows, responses "
           f"{args.rlen - 64}-{args.rlen}; budget {args.budget} tokens", flush=True)
-    runs = [run_seed(args, s) for s in args.seeds]
-    summary = {}
-    for key in ("response_tokens_per_s", "tokens_per_s", "mfu", "ratio_to_bare", "peak_memory_gib"):
-        if all(key in r for r in runs):
-            summary[key] = {v: {"median": statistics.median(r[key][v] for r in runs),
-                                "min": min(r[key][v] for r in runs), "max": max(r[key][v] for r in runs)}
-                            for v in runs[0][key]}
-    result = {"machine": machine, "args": vars(args), "runs": runs, "summary": summary}
     out = Path(args.out) if args.out else (Path(os.environ["OUT"]) / "learner_speed.json" if os.environ.get("OUT")
                                            else ROOT / "benchmarks" / "results" / "raw" / "learner_speed.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    runs = []
+    for s in args.seeds:  # written after every seed: a run stopped by its time limit keeps what it measured
+        runs.append(run_seed(args, s))
+        result = {"machine": machine, "args": vars(args), "runs": runs, "summary": summarise(runs)}
+        out.write_text(json.dumps(result, indent=1))
     print("\n" + table(result))
     # the summary section; on a lent device machine into $OUT, the folder that comes back
     from summary import write as write_summary
