@@ -330,7 +330,9 @@ class Trainable:
         dtype = getattr(self, "compute_dtype", torch.float32)
         if dtype == torch.float32:
             return contextlib.nullcontext()
-        return torch.autocast(torch.device(self.device).type, dtype=dtype)
+        # no cast cache: with activation checkpointing a recomputed layer would find its weights'
+        # casts cached and save fewer tensors than its first forward did (torch's CheckpointError)
+        return torch.autocast(torch.device(self.device).type, dtype=dtype, cache_enabled=False)
 
     def reset_peak_memory(self) -> None:
         if str(self.device).startswith("cuda"):
