@@ -101,10 +101,15 @@ def register() -> None:
 
 @contextlib.contextmanager
 def packed(model: torch.nn.Module):
-    """Run `model`'s forwards inside the block with packed attention, then restore its own kernel."""
+    """Run `model`'s forwards inside the block with packed attention, then restore its own kernel.
+    A layer that activation checkpointing recomputes in the backward pass looks its kernel up again
+    then: a training step keeps the block open over its backward passes too. Re-entrant."""
     register()
     config = getattr(model, "module", model).config
     before = config._attn_implementation
+    if before == NAME:
+        yield
+        return
     config._attn_implementation = NAME
     try:
         yield

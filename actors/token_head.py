@@ -58,7 +58,7 @@ class TokenHead(torch.nn.Module):
         for start in range(0, len(selected), chunk):
             args = (selected[start:start + chunk], weight, bias, self.targets[start:start + chunk], *self.sampling,
                     self.want_entropy)
-            if torch.is_grad_enabled() and (selected.requires_grad or weight.requires_grad):
+            if len(selected) > chunk and torch.is_grad_enabled() and (selected.requires_grad or weight.requires_grad):
                 lp, ent = checkpoint(_chunk_stats, *args, use_reentrant=False)
             else:
                 lp, ent = _chunk_stats(*args)

@@ -4,6 +4,7 @@ Other hosted objectives ride along the same forward passes (LaSeR's self-reward 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from actors import attention
 from actors import batch as B
 from actors.objectives import OBJECTIVES, Objective
 from actors.objectives.rl_metrics import rl_metrics
@@ -247,47 +249,50 @@ class PolicyGradient(Objective):
         scale = lrn.ranks.world_size
         for rider in riders:
             rider.begin(d, rows)
-        for mb, real in lrn.ranks.micro_batches(lrn.plan_micro_batches(own, d), None, compute):
-            m = d["r_mask"][mb].to(dev).float()
-            fwd = self._forward(lrn.model, d, mb, entropy=lrn.algo.entropy_coef > 0, tail=after)
-            logp, tail = fwd["logp"], fwd["tail"] if after else None
-            if real:  # the FLOP count's inputs (summed over ranks with the other sums)
-                part["work_tokens"] += fwd["tokens"]
-                part["work_sq"] += fwd["sq"]
-            pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
-                                   None if d["prox"] is None else d["prox"][mb].to(dev), m)
-            loss = pg
-            if lrn.algo.entropy_coef > 0:  # a bonus on the sampling distribution's entropy
-                ent = fwd["entropy"]
-                loss = loss - lrn.algo.entropy_coef * ent
-                if real:
-                    add("entropy", (ent * m).sum())
-            terms = []
-            for rider in riders:
-                term, rider_sums = rider.term(tail, d, mb)
-                if isinstance(term, torch.Tensor) or term:
-                    terms.append(term)
-                for k, v in rider_sums.items():
-                    part[k] = part.get(k, 0.0) + (v if real else 0.0)
-            if lrn.reference is not None:
-                with torch.no_grad():
-                    ref_lp = self._forward(lrn.reference, d, mb)["logp"]
-                kl = kl_estimator(logp, ref_lp)
-                loss = loss + lrn.algo.kl_coef * kl
-                if real:
-                    add("kl", (kl * m).sum())
-            total = (loss * m * row_w[mb].to(dev)[:, None]).sum()  # the update's aggregation (loss_agg)
-            for term in terms:
-                total = total + term
-            if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
-                (total * 0).backward()
-                continue
-            nonfinite |= ~torch.isfinite(total.detach())  # a poisoned gradient: the step is skipped
-            (total * scale).backward()
-            add("loss", (loss * m).sum())
-            add("pg_loss", (pg * m).sum())
-            add("clip_frac", (stats["clip_frac"] * m).sum())
-            add("is_weight", (stats["is_weight"] * m).sum())
+        # the packed kernel stays chosen over the backward passes too: activation checkpointing
+        # recomputes layers there, and a recomputed layer looks its attention kernel up again
+        with attention.packed(lrn.model) if lrn.packing else contextlib.nullcontext():
+            for mb, real in lrn.ranks.micro_batches(lrn.plan_micro_batches(own, d), None, compute):
+                m = d["r_mask"][mb].to(dev).float()
+                fwd = self._forward(lrn.model, d, mb, entropy=lrn.algo.entropy_coef > 0, tail=after)
+                logp, tail = fwd["logp"], fwd["tail"] if after else None
+                if real:  # the FLOP count's inputs (summed over ranks with the other sums)
+                    part["work_tokens"] += fwd["tokens"]
+                    part["work_sq"] += fwd["sq"]
+                pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
+                                       None if d["prox"] is None else d["prox"][mb].to(dev), m)
+                loss = pg
+                if lrn.algo.entropy_coef > 0:  # a bonus on the sampling distribution's entropy
+                    ent = fwd["entropy"]
+                    loss = loss - lrn.algo.entropy_coef * ent
+                    if real:
+                        add("entropy", (ent * m).sum())
+                terms = []
+                for rider in riders:
+                    term, rider_sums = rider.term(tail, d, mb)
+                    if isinstance(term, torch.Tensor) or term:
+                        terms.append(term)
+                    for k, v in rider_sums.items():
+                        part[k] = part.get(k, 0.0) + (v if real else 0.0)
+                if lrn.reference is not None:
+                    with torch.no_grad():
+                        ref_lp = self._forward(lrn.reference, d, mb)["logp"]
+                    kl = kl_estimator(logp, ref_lp)
+                    loss = loss + lrn.algo.kl_coef * kl
+                    if real:
+                        add("kl", (kl * m).sum())
+                total = (loss * m * row_w[mb].to(dev)[:, None]).sum()  # the update's aggregation (loss_agg)
+                for term in terms:
+                    total = total + term
+                if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
+                    (total * 0).backward()
+                    continue
+                nonfinite |= ~torch.isfinite(total.detach())  # a poisoned gradient: the step is skipped
+                (total * scale).backward()
+                add("loss", (loss * m).sum())
+                add("pg_loss", (pg * m).sum())
+                add("clip_frac", (stats["clip_frac"] * m).sum())
+                add("is_weight", (stats["is_weight"] * m).sum())
         if acc:  # one read for every sum
             for k, v in zip(acc, torch.stack(list(acc.values())).tolist()):
                 part[k] += v
