@@ -127,7 +127,12 @@ def _receive(queue, payload, version) -> None:
     tok = modeling.char_tokenizer()
     model = inference_copy(modeling.tiny_model(tok, **TINY, seed=9), torch.bfloat16).to("cuda")
     load_state(model, payload, version, where="receiver")
-    queue.put({k: v.float().cpu() for k, v in model.state_dict().items()})
+    # as bytes: CPU tensors put on a queue travel as shared file descriptors that vanish with this
+    # process (the parent then read EOF on the H200 when this child exited first)
+    import io
+    buffer = io.BytesIO()
+    torch.save({k: v.float().cpu() for k, v in model.state_dict().items()}, buffer)
+    queue.put(buffer.getvalue())
 
 
 @pytest.mark.gpu
@@ -144,7 +149,8 @@ def test_a_colocated_process_loads_the_learners_weights_over_cuda_ipc() -> None:
     queue = context.Queue()
     child = context.Process(target=_receive, args=(queue, payload, 4))
     child.start()
-    got = queue.get(timeout=120)
+    import io
+    got = torch.load(io.BytesIO(queue.get(timeout=120)), weights_only=True)
     child.join(timeout=60)
     assert child.exitcode == 0
     for name, value in master.state_dict().items():
