@@ -126,6 +126,7 @@ class PolicyGradient(Objective):
         elapsed = time.perf_counter() - started
         out["time/learner_s"] = elapsed  # inside the learner, without the call
         out.update(lrn.perf_metrics(sums.get("work_tokens", 0.0), sums.get("work_sq", 0.0), elapsed))
+        lrn.release_cached_memory()
         return out
 
     def _gae(self, table: pa.Table, rewards: torch.Tensor, r_mask: torch.Tensor) -> tuple[torch.Tensor, pa.Table]:
