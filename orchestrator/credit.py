@@ -23,6 +23,7 @@ import asyncio
 import functools
 import inspect
 import math
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -160,6 +161,21 @@ class Credit:
         fetched = await asyncio.gather(*[_fetch(t) for t in tables])
         table, metrics = await asyncio.to_thread(self.apply, *fetched)
         return [ray.put(table)], metrics
+
+
+def legacy_state(learner_dir: Path) -> dict | None:
+    """The credit step's state in a checkpoint written before it left the learner: the policy
+    learner's aggregator statistics and LaSeR's c, in its learner_state.pt (None: no such file)."""
+    from actors.trainable import STATE_FILE
+
+    path = Path(learner_dir) / STATE_FILE
+    if not path.is_file():
+        return None
+    extra = torch.load(path, weights_only=False).get("extra", {})
+    out = {"aggregator": extra["aggregator"]} if "aggregator" in extra else {}
+    if extra.get("laser_c") is not None:
+        out["laser"] = {"c": extra["laser_c"]}
+    return out
 
 
 async def _fetch(table):

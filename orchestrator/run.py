@@ -15,6 +15,7 @@ from orchestrator import checkpoint as ckpt
 from orchestrator import cluster, frozen, names
 from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
+from orchestrator.credit import legacy_state
 from orchestrator.data import PromptSampler, load_prompts
 from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
@@ -195,8 +196,10 @@ class Run:
                 raise ValueError(f"{self.resume_from / ckpt.STATE_FILE}: held state for role {role!r}, but this "
                                  f"recipe has no such role with shared statistics ({sorted(ctx.pools)})")
             pool.held.load_state_dict(saved)
-        if ctx.credit is not None and state.get("credit") is not None:
-            ctx.credit.load_state_dict(state["credit"])
+        if ctx.credit is not None:  # before the credit step left the learner, the policy learner held its state
+            saved = state["credit"] if "credit" in state else legacy_state(self.resume_from / "policy_learner")
+            if saved:
+                ctx.credit.load_state_dict(saved)
         ctx.step, ctx.offset_s = state["step"], state["time_s"]
         state["rollouts"]["pieces"] = ckpt.read_pieces(self.resume_from, state["rollouts"].pop("pieces_index", []))
         state["rollouts"]["tables"] = ckpt.read_tables(self.resume_from, state["rollouts"].pop("tables_index", []))

@@ -162,3 +162,22 @@ def test_the_credit_state_is_checkpointed_with_the_loop_and_restored_on_resume(r
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert [{k: r[k] for k in keys} for r in rows] == [{k: r[k] for k in keys} for r in expected]
     assert all("reward/correct/mean" in r and "time/credit_s" in r for r in rows)
+
+
+def test_a_checkpoint_from_before_the_credit_step_gives_its_learners_state_to_it(reward_fn, scored, tmp_path):
+    """Older checkpoints kept the aggregator's statistics and LaSeR's c in the policy learner's
+    learner_state.pt; a resume reads them from there (orchestrator.run: `legacy_state`)."""
+    from orchestrator.credit import legacy_state
+
+    cfg = make_config(reward_fn).model_copy(update={"aggregate": {"normalize": {"varied": "running"}}})
+    before = Credit(cfg)
+    before.apply(scored)
+    (tmp_path / "policy_learner").mkdir()
+    torch.save({"version": 3, "extra": {"skipped_steps": 0, "aggregator": before.aggregator.state_dict(),
+                                        "laser_c": -2.5}}, tmp_path / "policy_learner" / "learner_state.pt")
+    state = legacy_state(tmp_path / "policy_learner")
+    assert state == {"aggregator": before.aggregator.state_dict(), "laser": {"c": -2.5}}
+    resumed = Credit(cfg)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == before.state_dict()
+    assert legacy_state(tmp_path / "missing") is None
