@@ -3,7 +3,8 @@ recipe-owned settings; issue 30: credit assignment out of the learner, into the 
 step). In deterministic CPU mode (one generator, on-policy, one torch thread per actor) a run is
 bit-reproducible, so a short run of each recipe with the code before the refactor and after it
 must log the same per-step values: the FIELDS below, and every other numeric metric the two runs
-share except times, speeds and busy fractions (`all_same`). Keys only one side logs are listed.
+share except times, speeds and busy fractions, with the summary's warm-up results (`all_same`).
+Keys only one side logs are listed.
 
     python benchmarks/refactor_equivalence.py --before /path/to/old/checkout --after .
 
@@ -55,9 +56,12 @@ def run(checkout: Path, recipe: str, extra: list[str], cache: Path, out: Path) -
     if proc.returncode != 0:
         return {"error": proc.stdout[-3000:] + proc.stderr[-3000:]}
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    summary = json.loads((out / "summary.json").read_text())
     return {"seconds": time.perf_counter() - start,
             "rows": [{k: r[k] for k in FIELDS if k in r} | {"step": r["step"]} for r in rows],
-            "all": [{k: v for k, v in r.items() if compared(k, v)} for r in rows]}
+            # the summary's warm-up results (accuracies, LaSeR's c, AUROCs) and the last evaluation
+            "all": [{k: v for k, v in r.items() if compared(k, v)} for r in rows]
+            + [{k: v for k, v in summary.items() if compared(k, v) and not k.startswith("samples/")}]}
 
 
 def compared(key: str, value) -> bool:

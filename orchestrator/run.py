@@ -15,7 +15,6 @@ from orchestrator import checkpoint as ckpt
 from orchestrator import cluster, frozen, names
 from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
-from orchestrator.credit import legacy_state
 from orchestrator.data import PromptSampler, load_prompts
 from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
@@ -197,6 +196,8 @@ class Run:
                                  f"recipe has no such role with shared statistics ({sorted(ctx.pools)})")
             pool.held.load_state_dict(saved)
         if ctx.credit is not None:  # before the credit step left the learner, the policy learner held its state
+            from orchestrator.credit import legacy_state
+
             saved = state["credit"] if "credit" in state else legacy_state(self.resume_from / "policy_learner")
             if saved:
                 ctx.credit.load_state_dict(saved)

@@ -257,4 +257,3 @@ class PolicyGradient(Objective):
         for k, v in part.items():
             sums[k] = sums.get(k, 0.0) + v
         return finite, float(grad_norm), len(compute)
-
