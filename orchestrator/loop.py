@@ -6,8 +6,8 @@ control (orchestrator.rollouts); the loop takes a train batch, lets the recipe s
 orchestrator.credit) and lets the recipe learn (learners step, channels publish), then evaluates,
 checkpoints and reports. With `train.max_staleness = 0` generation waits for the weights of the
 step before; with k > 0 it runs up to k versions ahead while the learner trains. Recipes differ in
-the stages they plug in, not in copies of this loop. The driver passes object refs; the credit step
-is the one place it reads a train batch's tokens (once per step, as verl's and prime-rl's do).
+the stages they plug in, not in copies of this loop. The driver passes object refs; it reads a
+train batch's tokens once a step, in the credit step (as verl's and prime-rl's drivers do).
 """
 
 from __future__ import annotations
