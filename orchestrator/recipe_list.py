@@ -5,6 +5,7 @@ from __future__ import annotations
 
 RECIPE_LINES = {
     "grpo_addition": "(default) PSR, GRPO's positive half, on 2-digit addition after a cached SFT warm-up",
+    "grpo_sorting": "GRPO on sorting 6 digits, a task with a verification gap; the verifier on a quarter of the prompts",
     "reward_model": "a Bradley-Terry reward model from the warm policy's verifier-labelled samples",
     "cooper": "policy and reward model trained together (Cooper)",
     "prime": "dense implicit process rewards (PRIME)",
