@@ -52,7 +52,7 @@ CREDIT = {  # how judge rewards enter the advantage (orchestrator/judge_credit.p
     "raw": [],
     "calibrated": ["judge_credit.confidence=calibrated"],
     "gated": ["judge_credit.confidence=gated"],
-    "spread": ["judge_credit.min_spread=0.1"],
+    "spread": ["judge_credit.min_spread=0.2"],
     "guard": ["judge_credit.min_auroc=0.6"],
     "calibrated_guard": ["judge_credit.confidence=calibrated", "judge_credit.min_auroc=0.6"],
 }
@@ -109,7 +109,7 @@ def start_accuracy(run: dict) -> float | None:
     for key in ("judge_warmup/accuracy_after", "laser_warmup/accuracy_after"):
         if s.get(key) is not None:
             return s[key]
-    return s.get("start_accuracy", run.get("sft_accuracy"))
+    return s.get("warm_start/accuracy", run.get("sft_accuracy"))
 
 
 def summarise(run: dict) -> dict:
@@ -179,10 +179,12 @@ def main() -> None:
     parser.add_argument("--recipes", nargs="+", default=["grpo", "self_judged_grpo", "spark", "laser", "cooper",
                                                            "self_rewarding", "spc"])
     parser.add_argument("--credit", nargs="+", default=["raw"], choices=list(CREDIT),
-                        help="judge_credit variants (every recipe but grpo runs once per variant)")
+                        help="judge_credit variants: the recipes of --ablate run once per variant, the others "
+                        "with the first")
+    parser.add_argument("--ablate", nargs="*", default=[], help="recipes that run with every --credit variant")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.1])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--prompts", type=int, default=32, help="rollout.prompts_per_step of every run")
     parser.add_argument("--eval-prompts", type=int, default=64, help="held-out prompts the judge is measured on")
@@ -216,12 +218,12 @@ def main() -> None:
                 "python": platform.python_version(), "argv": sys.argv[1:], "warm": str(warm),
                 "warm_info": warm_info, "splits": split_info}
         table_of = recipes(task["verifier"], args)
-        for seed in args.seeds:
-            for fraction in args.fractions:
+        for fraction in args.fractions:
+            for seed in args.seeds:
                 base = common(args, task, seed, fraction, warm, train, eval_)
                 plan = ([("gap", "self_judged_grpo", "raw")] if args.gap else
-                        [(r if r == "grpo" or len(args.credit) == 1 else f"{r}_{c}", r, c)
-                         for r in args.recipes for c in (["raw"] if r == "grpo" else args.credit)])
+                        [(r if r not in args.ablate else f"{r}_{c}", r, c) for r in args.recipes
+                         for c in (["raw"] if r == "grpo" else args.credit if r in args.ablate else args.credit[:1])])
                 for label, recipe, credit in plan:
                     config, overrides = table_of[recipe]
                     if args.gap:
@@ -250,7 +252,8 @@ def main() -> None:
     summary = write_summary("self_judges", name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
         f"{args.prompts} prompts x 8, eval every {args.eval_every}, {args.eval_prompts} judge eval prompts; warm-ups: judge "
-        f"{args.judge_warmup}, laser {args.laser_warmup}, reward model {args.rm_warmup} steps; credit {args.credit}; "
+        f"{args.judge_warmup}, laser {args.laser_warmup}, reward model {args.rm_warmup} steps; credit {args.credit} "
+        f"(every variant for {args.ablate or 'no recipe'}); "
         f"overrides {args.extra or 'none'}"))
     print(f"\nraw results: {out}\nsummary: {summary}")
 
