@@ -103,10 +103,10 @@ def isolate_ray() -> None:
 
 
 def start_accuracy(run: dict) -> float | None:
-    """The policy's held-out accuracy where RL began: after the recipe's last warm-up (judge, LaSeR),
-    else its first evaluation at step 0 where there is one, else the SFT warm start."""
+    """The policy's held-out accuracy where RL began (the run's warm start, after its last warm-up),
+    else after its judging or LaSeR warm-up, else the SFT warm start."""
     s = run["summary"]
-    for key in ("judge_warmup/accuracy_after", "laser_warmup/accuracy_after"):
+    for key in ("warm_start/accuracy", "judge_warmup/accuracy_after", "laser_warmup/accuracy_after"):
         if s.get(key) is not None:
             return s[key]
     return s.get("warm_start/accuracy", run.get("sft_accuracy"))
