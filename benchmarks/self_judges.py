@@ -196,6 +196,8 @@ def main() -> None:
     parser.add_argument("--gap", action="store_true", help="only the verification gap: judging warm-ups")
     parser.add_argument("--label", default="")
     parser.add_argument("--report", action="store_true", help="only print the table from an earlier raw file")
+    parser.add_argument("--resume", action="store_true", help="keep the runs of an earlier raw file of this label "
+                        "and run only the (recipe, fraction, seed) it lacks")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args()
     from runs import export_splits, warm_checkpoint
@@ -209,6 +211,8 @@ def main() -> None:
     task = TASKS[args.task]
     isolate_ray()
     runs: dict | list = [] if args.gap else {}
+    if args.resume and out.exists() and not args.gap:
+        runs = {k: [r for r in rs if "error" not in r] for k, rs in json.loads(out.read_text())["runs"].items()}
     with tempfile.TemporaryDirectory(prefix="self-judges-") as tmp:
         work = Path(tmp)
         warm, warm_info = warm_checkpoint(None, work, recipe=task["config"])
@@ -218,35 +222,36 @@ def main() -> None:
                 "python": platform.python_version(), "argv": sys.argv[1:], "warm": str(warm),
                 "warm_info": warm_info, "splits": split_info}
         table_of = recipes(task["verifier"], args)
-        for fraction in args.fractions:
-            for seed in args.seeds:
-                base = common(args, task, seed, fraction, warm, train, eval_)
-                plan = ([("gap", "self_judged_grpo", "raw")] if args.gap else
-                        [(r if r not in args.ablate else f"{r}_{c}", r, c) for r in args.recipes
-                         for c in (["raw"] if r == "grpo" else args.credit if r in args.ablate else args.credit[:1])])
-                for label, recipe, credit in plan:
-                    config, overrides = table_of[recipe]
-                    if args.gap:
-                        overrides = [*overrides, "train.max_steps=1", "train.eval_every=1"]
-                    tag = f"{label}_f{fraction}_s{seed}"
-                    try:
-                        run = coevo(config, [*base, *overrides, *CREDIT[credit], *args.extra], work / tag,
-                                    work / f"{tag}.log")
-                    except RuntimeError as e:  # one failed recipe does not end the comparison
-                        log = (work / f"{tag}.log").read_text(errors="replace")[-3000:]
-                        run = {"config": config, "error": str(e), "log_tail": log}
-                        print(f"{tag}: FAILED\n{log}", flush=True)
-                    run.update(seed=seed, fraction=fraction, sft_accuracy=sft)
-                    if args.gap:
-                        runs.append(run)
-                    else:
-                        runs.setdefault(f"{fraction}/{label}", []).append(run)
-                    if "error" not in run and not args.gap:
-                        s = summarise(run)
-                        print(f"{tag}: start {s['start']}, final {s['final']}, judge AUROC {s['judge_auroc_start']} / "
-                              f"{s['judge_auroc_first']} -> {s['judge_auroc_last']}, {s['wall_s']:.0f} s, "
-                              f"load {run['load_avg']:.1f}", flush=True)
-                    out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1, default=str))
+        for seed, fraction in [(s, f) for s in args.seeds for f in args.fractions]:  # seed-major: a cut grid has each f
+            base = common(args, task, seed, fraction, warm, train, eval_)
+            plan = ([("gap", "self_judged_grpo", "raw")] if args.gap else
+                    [(r if r not in args.ablate else f"{r}_{c}", r, c) for r in args.recipes
+                     for c in (["raw"] if r == "grpo" else args.credit if r in args.ablate else args.credit[:1])])
+            for label, recipe, credit in plan:
+                config, overrides = table_of[recipe]
+                if args.gap:
+                    overrides = [*overrides, "train.max_steps=1", "train.eval_every=1"]
+                tag = f"{label}_f{fraction}_s{seed}"
+                if not args.gap and any(r["seed"] == seed for r in runs.get(f"{fraction}/{label}", [])):
+                    continue  # --resume: measured already
+                try:
+                    run = coevo(config, [*base, *overrides, *CREDIT[credit], *args.extra], work / tag,
+                                work / f"{tag}.log")
+                except RuntimeError as e:  # one failed recipe does not end the comparison
+                    log = (work / f"{tag}.log").read_text(errors="replace")[-3000:]
+                    run = {"config": config, "error": str(e), "log_tail": log}
+                    print(f"{tag}: FAILED\n{log}", flush=True)
+                run.update(seed=seed, fraction=fraction, sft_accuracy=sft)
+                if args.gap:
+                    runs.append(run)
+                else:
+                    runs.setdefault(f"{fraction}/{label}", []).append(run)
+                if "error" not in run and not args.gap:
+                    s = summarise(run)
+                    print(f"{tag}: start {s['start']}, final {s['final']}, judge AUROC {s['judge_auroc_start']} / "
+                          f"{s['judge_auroc_first']} -> {s['judge_auroc_last']}, {s['wall_s']:.0f} s, "
+                          f"load {run['load_avg']:.1f}", flush=True)
+                out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1, default=str))
     text = gap_table(runs) if args.gap else table(runs)
     print("\n" + text)
     summary = write_summary("self_judges", name, text, raw=[out], protocol=(

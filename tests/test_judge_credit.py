@@ -17,6 +17,7 @@ from orchestrator.data import DatasetError, load_prompts, sorting
 from orchestrator.evaluation import hacking
 from orchestrator.judge_credit import LearnedRewards, gate_unsure, group_flatten, platt
 from orchestrator.recipes import RECIPES, Sources
+from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures: a scored batch)
 
 
 # ---- the sorting task ------------------------------------------------------------------------------
@@ -215,3 +216,58 @@ def test_the_judging_warm_up_reads_only_labelled_prompts():
     assert labelled_prompts(train.drop_columns(["labelled"]), 3).num_rows == 3  # every prompt labelled
     with pytest.raises(RuntimeError, match="labels none"):
         labelled_prompts(train.filter(pa.array([True, False, True, False])), 10)
+
+
+# ---- the shipped recipes' guard (issue 32: Cooper as first shipped took a policy from 0.63 to 0.17) ----
+
+SHIPPED = {"spark": "judge", "spc": "critic", "laser": "self", "cooper": "rm", "self_judged_grpo": "judge"}
+
+
+@pytest.mark.parametrize("recipe", sorted(SHIPPED))
+def test_a_shipped_recipe_trains_on_its_labels_alone_while_its_judge_is_at_chance(recipe, scored):
+    """Each shipped self-judging or co-evolving recipe, as shipped, takes a judge (or reward model) at
+    chance on the labelled rows out of the advantage: its advantages are those of the batch without
+    the judge's column, not those the judge's scores would give."""
+    config = load_config(recipe)
+    learned, label = SHIPPED[recipe], config.accuracy_source()
+    groups = B.group_index(scored)
+    labelled = groups < 2  # half the groups: labels 1, 0, 1, 0 with judge scores 0.8, 0.8, 0.2, 0.2
+    k = np.array([int((groups[:i] == g).sum()) for i, g in enumerate(groups)]) % 4  # the row's place in its group
+    labels = np.where(labelled, (k % 2 == 0).astype(float), np.nan)
+    scores = np.where(labelled, np.where(k < 2, 0.8, 0.2), np.array([0.9, 0.1, 0.6, 0.3])[k])
+    table = scored.drop_columns([c for c in scored.schema.names if c.startswith(B.REWARD_PREFIX)])
+    table = table.append_column(B.REWARD_PREFIX + label, pa.array(labels, pa.float32(), mask=np.isnan(labels)))
+    judged_ = table.append_column(B.REWARD_PREFIX + learned, pa.array(scores, pa.float32()))
+    without = table.append_column(B.REWARD_PREFIX + learned, pa.nulls(table.num_rows, pa.float32()))
+    if recipe == "laser":  # its reward is beta * (log pi(z | x, y) - c), from the generators' column
+        judged_ = judged_.append_column("laser_logprob", pa.array(np.log(scores), pa.float32()))
+        without = without.append_column("laser_logprob", pa.array(np.full(table.num_rows, np.nan), pa.float32()))
+
+    def advantages(credit, batch):
+        out, metrics = credit.apply(batch)
+        return np.concatenate([np.asarray(a, np.float32) for a in out.column("advantages").to_pylist()]), metrics
+
+    credit = lambda cfg: RECIPES.get(cfg.recipe).credit(cfg, Sources())  # noqa: E731
+    shipped = credit(config)
+    for _ in range(config.judge_credit.window):  # the window fills with the judge's labelled rows
+        got, metrics = advantages(shipped, judged_)
+    assert metrics[f"learned/{learned}/auroc"] == pytest.approx(0.5) and metrics[f"learned/{learned}/guard"] == 1.0
+    labels_only, _ = advantages(credit(config), without)
+    judge_on, _ = advantages(credit(load_config(recipe, ["judge_credit.min_auroc=null"])), judged_)
+    assert got == pytest.approx(labels_only)
+    assert not np.allclose(judge_on, labels_only)  # the judge at chance would have moved the policy
+
+
+def test_shipped_self_rewarding_drops_its_judge_at_chance_from_an_iterations_pairs():
+    from pipelines.self_rewarding import IterationSource
+
+    class Ctx:
+        config = load_config("self_rewarding")
+
+    assert Ctx.config.iterations.labels and Ctx.config.judge_credit.min_auroc is not None
+    source = IterationSource.__new__(IterationSource)
+    source.ctx = Ctx()
+    label = Ctx.config.accuracy_source()
+    samples = pa.table({B.REWARD_PREFIX + label: pa.array([1, 0, 1, 0, None, None], pa.float32())})
+    scores, info = source._with_labels(samples, np.array([0.8, 0.8, 0.2, 0.2, 0.9, 0.1]))  # at chance
+    assert info["iter/guarded"] == 1.0 and np.isnan(scores[4:]).all()  # the unlabelled prompts give no pairs
