@@ -196,6 +196,7 @@ def main() -> None:
     parser.add_argument("--gap", action="store_true", help="only the verification gap: judging warm-ups")
     parser.add_argument("--label", default="")
     parser.add_argument("--report", action="store_true", help="only print the table from an earlier raw file")
+    parser.add_argument("--write", action="store_true", help="with --report: also write its summary section")
     parser.add_argument("--resume", action="store_true", help="keep the runs of an earlier raw file of this label "
                         "and run only the (recipe, fraction, seed) it lacks")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
@@ -204,22 +205,29 @@ def main() -> None:
 
     name = f"self_judges_{args.task}{'_gap' if args.gap else ''}{args.label}"
     out = raw_path(f"{name}.json")
-    if args.report:
+    if args.report:  # the table of an earlier raw file (several --resume invocations: each one's argv)
         data = json.loads(out.read_text())
-        print(gap_table(data["runs"]) if args.gap else table(data["runs"]))
+        text = gap_table(data["runs"]) if args.gap else table(data["runs"])
+        print(text)
+        if args.write:
+            argv = [" ".join(a) for a in data["meta"].get("argvs", [data["meta"]["argv"]])]
+            print(write_summary("self_judges", name, text, raw=[out], protocol=f"from {out.name}: {'; '.join(argv)}"))
         return
     task = TASKS[args.task]
     isolate_ray()
     runs: dict | list = [] if args.gap else {}
+    argvs = [sys.argv[1:]]
     if args.resume and out.exists() and not args.gap:
-        runs = {k: [r for r in rs if "error" not in r] for k, rs in json.loads(out.read_text())["runs"].items()}
+        earlier = json.loads(out.read_text())
+        runs = {k: [r for r in rs if "error" not in r] for k, rs in earlier["runs"].items()}
+        argvs = [*earlier["meta"].get("argvs", [earlier["meta"]["argv"]]), *argvs]
     with tempfile.TemporaryDirectory(prefix="self-judges-") as tmp:
         work = Path(tmp)
         warm, warm_info = warm_checkpoint(None, work, recipe=task["config"])
         train, eval_, split_info = export_splits(work, task["config"])
         sft = warm_info.get("warmup/accuracy")
         meta = {"machine": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
-                "python": platform.python_version(), "argv": sys.argv[1:], "warm": str(warm),
+                "python": platform.python_version(), "argv": sys.argv[1:], "argvs": argvs, "warm": str(warm),
                 "warm_info": warm_info, "splits": split_info}
         table_of = recipes(task["verifier"], args)
         for seed, fraction in [(s, f) for s in args.seeds for f in args.fractions]:  # seed-major: a cut grid has each f

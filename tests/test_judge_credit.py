@@ -152,9 +152,11 @@ def test_learned_reward_state_goes_through_a_checkpoint():
     assert again.guarded == {"judge": True} and again.history == part.history
 
 
-def test_the_default_credit_step_has_no_learned_reward_part_and_an_option_adds_one():
-    assert not any(isinstance(r, LearnedRewards) for r in RECIPES.get("spark").credit(credit_config(), Sources()).rewards)
-    credit = RECIPES.get("spark").credit(credit_config("judge_credit.confidence=gated"), Sources())
+def test_a_credit_step_without_judge_credit_options_has_no_learned_reward_part_and_an_option_adds_one():
+    plain = credit_config("judge_credit.min_auroc=null")  # spark ships with the guard on
+    assert not any(isinstance(r, LearnedRewards) for r in RECIPES.get("spark").credit(plain, Sources()).rewards)
+    credit = RECIPES.get("spark").credit(credit_config("judge_credit.min_auroc=null", "judge_credit.confidence=gated"),
+                                         Sources())
     assert any(isinstance(r, LearnedRewards) for r in credit.rewards)
 
 
