@@ -15,6 +15,7 @@ Recipes (each the shipped YAML's recipe with the scarce-label reward; `--credit`
 rewards enter the advantage, orchestrator/judge_credit.py):
   grpo              the baseline: the verifier's reward where it labels, nothing elsewhere
   self_judged_grpo  + the policy's own judgment (judging warm-up on labelled samples) elsewhere
+  grpo_after_judge_warmup  the control: self_judged_grpo's warm-up and start, its judge not used (no fill)
   spark             + its judge, also trained online on the labelled rollouts (pointwise)
   laser             + LaSeR's last-token self-reward (its self-verification warm-up, labelled prompts)
   cooper            + a reward model (warm-up on labelled pairs) trained online on labelled pairs
@@ -67,6 +68,8 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
         "grpo": ("grpo_addition", [f"rewards=[{{name: {v}}}]"]),
         "self_judged_grpo": ("self_judged_grpo", [judge, f"aggregate.fill={{{v}: judge}}", f"verifier.accuracy_source={v}",
                                                   *warm]),
+        # the control: self_judged_grpo's judging warm-up, then GRPO on the labelled prompts alone
+        "grpo_after_judge_warmup": ("self_judged_grpo", [judge, f"verifier.accuracy_source={v}", *warm]),
         "spark": ("spark", [judge, f"aggregate.fill={{{v}: judge}}", *warm, f"spark.eval_prompts={args.eval_prompts}"]),
         "laser": ("laser", [f"rewards=[{{name: {v}}}, {{name: self, laser: true, weight: 0}}]",
                             f"aggregate.fill={{{v}: self}}", f"verifier.accuracy_source={v}",
