@@ -57,6 +57,7 @@ CREDIT = {  # how judge rewards enter the advantage (orchestrator/judge_credit.p
     "guard": ["judge_credit.min_auroc=0.6"],
     "calibrated_guard": ["judge_credit.confidence=calibrated", "judge_credit.min_auroc=0.6"],
 }
+CONTROL = "grpo_after_judge_warmup"  # GRPO on the labelled prompts from the judging warm-up's start
 JUDGES = ("self_judged_grpo", "spark", "spc", "self_rewarding")  # the recipes with a judging warm-up
 
 
@@ -142,23 +143,29 @@ def med(values: list) -> float | None:
 
 def table(runs: dict) -> str:
     """One row per (fraction, recipe): medians (range) over seeds; `vs grpo` is the recipe's median
-    final accuracy minus the baseline's at the same fraction; `above start` counts the seeds that end
+    final accuracy minus the baseline's at the same fraction, `vs control` minus the control's (GRPO on
+    the labelled prompts from the judging warm-up's start); `above start` counts the seeds that end
     at or above their own warm start."""
-    lines = ["| f | recipe | seeds | warm start | final held-out acc | vs grpo | >= start | best | judge AUROC: "
+    lines = ["| f | recipe | seeds | warm start | final held-out acc | vs grpo | vs control | >= start | best | judge AUROC: "
              "after warm-up / first eval -> last eval | batch AUROC (last 5) | hacking evals | guard on | train s |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
-    for key, rs in runs.items():
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    order = ["grpo", CONTROL, "self_judged_grpo", "spark", "laser", "cooper", "self_rewarding", "spc"]
+    rank = lambda key: (-float(key.split("/")[0]), next((i for i, r in enumerate(order)  # noqa: E731
+                                                          if key.split("/", 1)[1].startswith(r)), len(order)), key)
+    for key, rs in sorted(runs.items(), key=lambda kv: rank(kv[0])):
         fraction, name = key.split("/", 1)
         ok = [summarise(r) for r in rs if "error" not in r]
         if not ok:
-            lines.append(f"| {fraction} | {name} | 0 (failed: {len(rs)}) | | | | | | | | | | |")
+            lines.append(f"| {fraction} | {name} | 0 (failed: {len(rs)}) | | | | | | | | | | | |")
             continue
-        base = [summarise(r)["final"] for r in runs.get(f"{fraction}/grpo", []) if "error" not in r]
-        diff = med([s["final"] for s in ok]) - med(base) if base and name != "grpo" else None
+
+        def versus(other: str) -> str:  # the median final minus `other`'s at this fraction
+            finals = [summarise(r)["final"] for r in runs.get(f"{fraction}/{other}", []) if "error" not in r]
+            return "-" if not finals or name == other else f"{med([s['final'] for s in ok]) - med(finals):+.3f}"
         col = lambda k: median_range([s[k] for s in ok])  # noqa: E731
         held = sum(1 for s in ok if s["final"] is not None and s["start"] is not None and s["final"] >= s["start"])
         lines.append(f"| {fraction} | {name} | {len(ok)} | {col('start')} | {col('final')} | "
-                     f"{'-' if diff is None else f'{diff:+.3f}'} | {held}/{len(ok)} | {col('best')} | "
+                     f"{versus('grpo')} | {versus(CONTROL)} | {held}/{len(ok)} | {col('best')} | "
                      f"{col('judge_auroc_start')} / {col('judge_auroc_first')} -> {col('judge_auroc_last')} | "
                      f"{col('batch_auroc_last5')} | {col('hacking_count')} | {col('guard_frac')} | {col('train_s')} |")
     return "\n".join(lines)
