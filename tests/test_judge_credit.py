@@ -80,6 +80,20 @@ def test_platt_scaling_recovers_a_known_logistic():
     assert a == pytest.approx(2.0, abs=0.2) and b == pytest.approx(-0.5, abs=0.15)
 
 
+def test_platt_scaling_of_scores_that_separate_the_labels_stays_finite_and_unsaturated():
+    # a window the judge (or an unbounded reward model) ranks perfectly: with 0/1 targets the fit has
+    # no finite optimum and every calibrated value became 0 or 1 (slopes of 1e4-3e5 were measured)
+    for scale in (1.0, 300.0):
+        scores = np.r_[np.linspace(1, 2, 16), np.linspace(-2, -1, 16)] * scale
+        labels = np.r_[np.ones(16), np.zeros(16)]
+        a, b = platt(scores, labels)
+        assert np.isfinite([a, b]).all() and 0 < a * scale < 20
+        p = 1 / (1 + np.exp(-(a * scores + b)))
+        assert 0.01 < p.min() and p.max() < 0.99  # not saturated at 0 or 1
+        assert p[:16].mean() == pytest.approx(17 / 18, abs=0.02) and p[16:].mean() == pytest.approx(1 / 18, abs=0.02)
+        assert np.all(np.diff(p[:16]) > 0)  # the judge's order within a class is kept
+
+
 def test_group_flatten_leaves_spread_groups_and_flattens_narrow_ones():
     values = np.array([0.50, 0.52, 0.1, 0.9, np.nan, 0.3])
     groups = np.array([0, 0, 1, 1, 2, 2])
