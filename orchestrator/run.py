@@ -107,7 +107,7 @@ class Run:
             local = False
         self.gpu_plan = self._plan_gpus(local, nested)
         t_ray = time.perf_counter() - t_start
-        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction)
+        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction, model_cfg=cfg.model)
         warm_info: dict = {}
         t_warm = time.perf_counter()
         pools: dict = {}

@@ -53,10 +53,12 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     learner = ctx.pools["policy_learner"]
     channel = Channel("policy", learner, [ctx.pools["generator"]])
     # prompts and answers only: pairs (data.analogs) must not change the warm-up's batches
-    sampler = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=ctx.config.seed + 1)
+    # (with the worked `solution` where the data has one: the SFT target)
+    columns = [c for c in ("prompt", "answer", "solution") if c in ctx.prompts.train.schema.names]
+    sampler = PromptSampler(ctx.prompts.train.select(columns), seed=ctx.config.seed + 1)
     ctx.progress.start("warm-up (SFT)", total=cfg.max_steps)
     start, steps, accuracy, loss = time.perf_counter(), 0, 0.0, float("nan")
-    held_out = ctx.prompts.eval.select(["prompt", "answer"])
+    held_out = ctx.prompts.eval.select([c for c in columns if c in ctx.prompts.eval.schema.names])
     while steps < cfg.max_steps:
         stop_if_requested(ctx, "SFT warm-up", steps)
         block = min(cfg.eval_every, cfg.max_steps - steps)
