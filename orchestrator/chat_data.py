@@ -99,8 +99,9 @@ def apply_chat(prompts: PromptSet, data_cfg, model_cfg, seed: int) -> PromptSet:
     from actors import modeling
 
     if model_cfg.bpe is not None:
-        model_cfg.path = str(bpe_model_dir(prompts, data_cfg, model_cfg, seed))
-        model_cfg.bpe = None
+        made = str(bpe_model_dir(prompts, data_cfg, model_cfg, seed))
+        model_cfg.bpe = None  # the run goes on with the made directory as its model.path
+        model_cfg.path = made
     tokenizer = modeling.load_tokenizer(model_cfg.path) if model_cfg.path else modeling.char_tokenizer()
     try:
         template = chat.configure(tokenizer, data_cfg.chat_template)
