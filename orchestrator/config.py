@@ -96,7 +96,14 @@ class MathWordConfig(Section):
     """Multi-step word problems (orchestrator/math_word.py): `train_size` + data.eval_size problems."""
     train_size: int = Field(4000, ge=1)
     steps: list[int] = [2, 3]  # how many operations a problem chains, drawn per problem
-    max_number: int = Field(20, ge=2)  # quantities in the problems are 1..max_number
+    max_number: int = Field(9, ge=2)  # quantities in the problems are 1..max_number
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: list[int]) -> list[int]:
+        if not v or min(v) < 1:
+            raise ValueError(f"data.math_word.steps {v}: give one or more step counts, each >= 1")
+        return v
 
 
 class ArithmeticConfig(Section):

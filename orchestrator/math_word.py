@@ -2,7 +2,7 @@
 its answer (checked by `math_verify` in `\\boxed{}`) and a worked solution (the SFT warm-up's target).
 
     Mia has 7 shells. She finds 5 more. Then she gives away 3. How many shells does Mia have now?
-    7 + 5 = 12. 12 - 3 = 9. The answer is \\boxed{9}.
+    7 + 5 = 12. 12 - 3 = 9. \\boxed{9}
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def problem(rng: np.random.Generator, steps: int, max_number: int) -> tuple[str,
     stays between 0 and 10 x max_number."""
     name, pronoun = NAMES[rng.integers(len(NAMES))]
     item = ITEMS[rng.integers(len(ITEMS))]
-    total = int(rng.integers(1, max_number + 1))
+    total = int(rng.integers(2, max_number + 1))
     sentences, lines = [f"{name} has {total} {item}."], []
     for k in range(steps):
         kind = rng.choice(3, p=[0.45, 0.4, 0.15])
@@ -45,7 +45,7 @@ def problem(rng: np.random.Generator, steps: int, max_number: int) -> tuple[str,
         lines.append(f"{line} = {new}.")
         total = new
     question = " ".join(sentences) + f" How many {item} does {name} have now?"
-    solution = " ".join(lines) + f" The answer is \\boxed{{{total}}}."
+    solution = " ".join(lines) + f" \\boxed{{{total}}}"
     return question, str(total), solution
 
 
