@@ -241,3 +241,27 @@ def test_judge_and_laser_tokens_on_a_bpe_vocabulary(model_dir):
     with pytest.raises(ValueError, match="is 2 tokens|is 3 tokens|tokens for this tokenizer"):
         single_token(tok, " zebra", "laser.token")
     assert single_token(tok, "<|im_end|>", "laser.token") == tok.convert_tokens_to_ids("<|im_end|>")
+
+
+@pytest.mark.parametrize("fixture", ["model_dir", "no_pad_dir"])
+def test_reward_models_and_judges_pad_bpe_rows_without_changing_them(request, fixture):
+    """A scalar reward model and a yes/no judge read a batch of BPE rows of different lengths as each
+    row alone (left padding, with a pad token or with eos standing in for one)."""
+    from actors.judging import yes_probability
+    from actors.reward_model import score_ids
+
+    path = request.getfixturevalue(fixture)
+    model, tok = modeling.load_reward_model(path, seed=0)
+    texts = ["<|im_start|>user\nTom has 3 apples.<|im_end|>\n<|im_start|>assistant\n7",
+             "Answer with a number. 3 + 4 = 7. The answer is \\boxed{7}."]
+    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    assert len(ids[0]) != len(ids[1])
+    with torch.no_grad():
+        together = score_ids(model, ids, tok.pad_token_id, "cpu")
+        alone = torch.cat([score_ids(model, [i], tok.pad_token_id, "cpu") for i in ids])
+    assert torch.allclose(together, alone, atol=1e-5)
+    policy = modeling.load_model(path)
+    yes, no = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    both = yes_probability(policy, tok, texts, yes, no, "cpu")
+    one = [yes_probability(policy, tok, [t], yes, no, "cpu")[0] for t in texts]
+    assert both == pytest.approx(one, abs=1e-5)
