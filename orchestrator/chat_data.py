@@ -108,6 +108,9 @@ def apply_chat(prompts: PromptSet, data_cfg, model_cfg, seed: int) -> PromptSet:
     except chat.ChatTemplateError as e:
         raise DatasetError(str(e)) from None
     conversational = "messages" in prompts.train.schema.names
+    if conversational and data_cfg.prompt_template != "{prompt}":
+        raise DatasetError("data.prompt_template applies to text prompts; the dataset's prompts are conversations "
+                           "(messages): put the wording in the messages, or leave data.prompt_template at '{prompt}'")
     if template is None:
         if conversational or data_cfg.system_prompt:
             what = "the dataset's prompts are conversations (messages)" if conversational else "data.system_prompt is set"

@@ -149,6 +149,12 @@ def test_prompt_as_a_list_of_messages_and_parquet_errors(tmp_path):
         read_rows(extra)
 
 
+def test_prompt_template_is_refused_for_conversations(model_dir, data_path):
+    cfg = config_for(model_dir, data_path, data={"prompt_template": "Q: {prompt}"})
+    with pytest.raises(DatasetError, match="data.prompt_template applies to text prompts"):
+        load_prompts(cfg.data, cfg.seed, model_cfg=cfg.model)
+
+
 def test_messages_need_a_template(data_path):
     cfg = validate_config({"data": {"task": None, "path": str(data_path), "eval_size": 1}})
     with pytest.raises(DatasetError, match="built-in tiny model has no chat template.*data.chat_template"):
