@@ -1,7 +1,7 @@
 """The `math_word` task: multi-step arithmetic word problems made procedurally (seeded), each with
 its answer (checked by `math_verify` in `\\boxed{}`) and a worked solution (the SFT warm-up's target).
 
-    Mia has 7 shells. She finds 5 more. Then she gives away 3. How many shells does Mia have now?
+    Mia has 7 shells. She finds 5 more. Then she gives away 3. How many shells now?
     7 + 5 = 12. 12 - 3 = 9. \\boxed{9}
 """
 
@@ -44,7 +44,7 @@ def problem(rng: np.random.Generator, steps: int, max_number: int) -> tuple[str,
         sentences.append(f"{pronoun if k == 0 else 'Then ' + pronoun.lower()} {phrase}.")
         lines.append(f"{line} = {new}.")
         total = new
-    question = " ".join(sentences) + f" How many {item} does {name} have now?"
+    question = " ".join(sentences) + f" How many {item} now?"
     solution = " ".join(lines) + f" \\boxed{{{total}}}"
     return question, str(total), solution
 
