@@ -98,6 +98,17 @@ def merge(paths: list[Path], label: str | None) -> int:
     return 0 if all(r["lift"] is not None and r["lift"] >= LIFT for r in rows) else 1
 
 
+def parse_settings(items: list[str], parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """`--setting NAME="KEY=VALUE ..."` items as {name: overrides}; none: one setting without overrides."""
+    settings = {}
+    for item in items or ["="]:
+        name, sep, overrides = item.partition("=")
+        if not sep:
+            parser.error(f"--setting {item!r}: expected NAME=\"KEY=VALUE ...\" (NAME= for no overrides)")
+        settings[name] = shlex.split(overrides)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1,2")
@@ -113,12 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.label)
-    settings = {}
-    for item in args.setting or ["="]:
-        name, sep, overrides = item.partition("=")
-        if not sep:
-            p.error(f"--setting {item!r}: expected NAME=\"KEY=VALUE ...\" (NAME= for no overrides)")
-        settings[name] = shlex.split(overrides)
+    settings = parse_settings(args.setting, p)
     rows, machine = [], machine_info()
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, overrides in settings.items():

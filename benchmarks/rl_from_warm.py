@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from default_job import record, table  # noqa: E402
+from default_job import parse_settings, record, table  # noqa: E402
 from learning_curve import machine_info, run_once  # noqa: E402
 from summary import raw_path, write as write_summary  # noqa: E402
 
@@ -39,12 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     info = json.loads((args.warm / "warmup.json").read_text())
     warm = info["warmup/accuracy"]
-    settings = {}
-    for item in args.setting or ["="]:
-        name, sep, overrides = item.partition("=")
-        if not sep:
-            p.error(f"--setting {item!r}: expected NAME=\"KEY=VALUE ...\"")
-        settings[name] = shlex.split(overrides)
+    settings = parse_settings(args.setting, p)
     fixed = [f"model.path={args.warm.resolve()}", "model.bpe=null", "warmup.enabled=false"]
     rows, machine = [], machine_info()
     out = raw_path(f"rl_from_warm_{args.label}.json")
