@@ -54,13 +54,13 @@ def make(train_size: int, eval_size: int, steps: list[int], max_number: int, see
     prompt_id, prompt (the question), answer and solution."""
     rng = np.random.default_rng([seed, 4217])
     seen: dict[str, tuple[str, str]] = {}
-    want, tries = train_size + eval_size, 0
+    want, misses = train_size + eval_size, 0
     while len(seen) < want:
-        tries += 1
-        if tries > 50 * want:
+        q, a, s = problem(rng, int(rng.choice(steps)), max_number)
+        misses = misses + 1 if q in seen else 0
+        if misses > 5000:  # the space of problems is about used up
             raise ValueError(f"data.math_word: only {len(seen)} distinct problems found for {want} wanted; "
                              "raise data.math_word.max_number or add steps")
-        q, a, s = problem(rng, int(rng.choice(steps)), max_number)
         seen.setdefault(q, (a, s))
     questions = list(seen)
     table = pa.table({"prompt_id": [f"math_word:{i}" for i in range(want)], "prompt": questions,
