@@ -71,6 +71,10 @@ class Trainable:
         self.config = config
         self.device = setup_torch(role.get("threads", 0) or config.train.threads, config.seed + seed_offset,
                                   want_gpu=role.get("num_gpus", 0) > 0)
+        # a learner that shares its GPU with other processes (a fraction of one) hands its cached
+        # memory back after each step, so a colocated generator can use it while the learner idles
+        share = role.get("num_gpus", 0)
+        self.shares_gpu = isinstance(share, (int, float)) and 0 < share < 1
         self.alone_threads = role["alone_threads"] if "alone_threads" in role else \
             (role.get("threads", 0) or config.train.threads)
         self.version = 0
@@ -333,6 +337,11 @@ class Trainable:
         # no cast cache: with activation checkpointing a recomputed layer would find its weights'
         # casts cached and save fewer tensors than its first forward did (torch's CheckpointError)
         return torch.autocast(torch.device(self.device).type, dtype=dtype, cache_enabled=False)
+
+    def release_cached_memory(self) -> None:
+        """After a step, where the GPU is shared: return the allocator's cached blocks to the GPU."""
+        if self.shares_gpu and str(self.device).startswith("cuda"):
+            torch.cuda.empty_cache()
 
     def reset_peak_memory(self) -> None:
         if str(self.device).startswith("cuda"):

@@ -51,6 +51,7 @@ from actors import batch as B  # noqa: E402
 from actors.engine import model_shape, peak_flops, train_flops  # noqa: E402
 from actors.packing import packed_micro_batches  # noqa: E402
 from orchestrator.config import validate_config  # noqa: E402
+from orchestrator.credit import Credit  # noqa: E402
 
 PRESETS = {
     "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64},
@@ -233,6 +234,7 @@ def run_seed(args, seed: int) -> dict:
     cfg = config(args, seed)
     anchor = build_model(cfg, device).eval()
     table, x = behaviour_logprobs(anchor, synthetic_table(args, seed, anchor.config.vocab_size), args, device, gpu)
+    table, _ = Credit(cfg).apply(table)  # the loop's credit step (on the driver): the advantages, untimed
     shape = model_shape(anchor)
     del anchor
     resp_tokens = sum(x["r_len"])

@@ -48,6 +48,7 @@ from actors import batch as B  # noqa: E402
 from actors.distributed import Ranks, free_port  # noqa: E402
 from actors.modeling import cache_kwargs, output_cache  # noqa: E402
 from orchestrator.config import validate_config  # noqa: E402
+from orchestrator.credit import Credit  # noqa: E402
 from summary import raw_path, write as write_summary  # noqa: E402
 
 # random-init Qwen2 shapes (the char tokenizer's ~100-token vocabulary, tied embeddings)
@@ -172,6 +173,7 @@ def part_overhead(args) -> dict:
                                   weight_decay=config.algorithm.weight_decay)
         vocab = len(learner.tokenizer)
         table = synthetic_table(learner.model, seed, args.prompts, args.samples, vocab, learner.device)
+        table, _ = Credit(config).apply(table)  # the loop's credit step (on the driver): the advantages
         t = tensors(table, args.samples)
         n_tokens = int(t["r_len"].sum())
         times = {v: [] for v in variants}
@@ -268,6 +270,7 @@ def part_ranks(args) -> dict:
             config = validate_config(cfg)
             model, tok = modeling.build(config.model, seed)
             table = synthetic_table(model.to(args.device), seed, args.prompts, args.samples, len(tok), args.device)
+            table, _ = Credit(config).apply(table)  # the loop's credit step (on the driver): the advantages
             del model
             if args.device == "cuda":
                 torch.cuda.empty_cache()  # the ranks need the memory

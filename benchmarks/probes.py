@@ -162,6 +162,9 @@ def laser_align(args) -> None:
     cfg = load_config("laser", [f"laser.beta={args.beta}", f"seed={args.seed}"])
     prompts = load_prompts(cfg.data, cfg.seed)
     gen, ver, lrn = Generator(cfg, args.warm), Verifier(cfg), Learner(cfg, args.warm)
+    from actors.judging import single_token
+
+    token, offset = single_token(lrn.tokenizer, cfg.laser.token, "laser.token"), {"c": None}  # c: set below
     key = B.REWARD_PREFIX + cfg.accuracy_source()
     rng = np.random.default_rng(args.seed)
 
@@ -175,7 +178,7 @@ def laser_align(args) -> None:
         ids, mask, pos, r_ids, r_mask, pw = lrn._sequences(table)
         with torch.set_grad_enabled(grad):
             logits, tail = lrn._response_logits(lrn.model, ids, mask, pos, pw, after=True)
-            r = args.beta * (torch.log_softmax(tail.float(), -1)[:, lrn.laser_token] - lrn.laser_c)
+            r = args.beta * (torch.log_softmax(tail.float(), -1)[:, token] - offset["c"])
         return r, logits, r_ids, r_mask
 
     def quality(table, label, groups):
@@ -198,7 +201,7 @@ def laser_align(args) -> None:
     train_prompts = prompts.train.slice(0, args.prompts)
     train, tl, tg = samples(train_prompts, -9)
     fixed = samples(prompts.eval, -5)
-    lrn.laser_c = float(np.nanmean(train.column("laser_logprob").to_numpy(zero_copy_only=False)))
+    offset["c"] = float(np.nanmean(train.column("laser_logprob").to_numpy(zero_copy_only=False)))
     pairs = pair_indices(tl, tg)
     opt = torch.optim.AdamW(lrn.model.parameters(), lr=args.lr, weight_decay=0.0)
     started = time.perf_counter()

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runs import coevo_command, offline_env, warm_checkpoint  # noqa: E402
 from summary import raw_path, write as write_summary  # noqa: E402
 
-STAGES = ("step", "wait_rollouts", "generate", "verify", "learn", "learner", "publish", "eval", "driver_cpu")
+STAGES = ("step", "wait_rollouts", "generate", "verify", "credit", "learn", "learner", "publish", "eval", "driver_cpu")
 
 
 def parse_arm(text: str) -> tuple[str, Path, list[str]]:

@@ -598,10 +598,9 @@ class Config(Section):
         if "weights" in self.aggregate or "on_error" in self.aggregate:
             raise ValueError("aggregate.weights / aggregate.on_error: set rewards[].weight and "
                              "verifier.on_error instead")
-        from orchestrator.recipes import RECIPES
-        if self.algorithm.advantage == "gae" and "ppo" not in type(self).model_fields:
-            raise ValueError(f"algorithm.advantage=gae needs a critic's values per token: recipe ppo has one, "
-                             f"recipe {self.recipe!r} does not")
+        from orchestrator.recipes import RECIPES, Sources
+        if getattr(ADVANTAGES.get(self.algorithm.advantage), "needs_values", False):
+            RECIPES.get(self.recipe).credit(self, Sources())  # its credit step says if it has a critic's values
         kinds = RECIPES.get(self.recipe).role_kinds(self)
         known = list(kinds)
         unknown = sorted(set(self.roles) - set(known))

@@ -134,7 +134,8 @@ class Run:
         metrics = MetricsSink(self.run_dir, resume_step=self.state["step"] if self.state else 0 if self.restarted else None,
                               ray_metrics=not nested)
         ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts, sampler=sampler,
-                                    pools=pools, metrics=metrics, progress=self.progress)
+                                    pools=pools, metrics=metrics, progress=self.progress,
+                                    credit=self.recipe.credit(cfg, sources))
         ctx.stop_requested = self._pending_stop
         await ready(pools)
         await self.report_placement(pools)
@@ -229,6 +230,12 @@ class Run:
                 raise ValueError(f"{self.resume_from / ckpt.STATE_FILE}: held state for role {role!r}, but this "
                                  f"recipe has no such role with shared statistics ({sorted(ctx.pools)})")
             pool.held.load_state_dict(saved)
+        if ctx.credit is not None:  # before the credit step left the learner, the policy learner held its state
+            from orchestrator.credit import legacy_state
+
+            saved = state["credit"] if "credit" in state else legacy_state(self.resume_from / "policy_learner")
+            if saved:
+                ctx.credit.load_state_dict(saved)
         ctx.step, ctx.offset_s = state["step"], state["time_s"]
         state["rollouts"]["pieces"] = ckpt.read_pieces(self.resume_from, state["rollouts"].pop("pieces_index", []))
         state["rollouts"]["tables"] = ckpt.read_tables(self.resume_from, state["rollouts"].pop("tables_index", []))
@@ -255,6 +262,7 @@ class Run:
             frozen.into_checkpoint(tmp, self.run_dir, self._frozen, learners)
         state = {"step": ctx.step, "time_s": ctx.elapsed(), "sampler": ctx.sampler.state(),
                  "learners": learners, "versions": ctx.versions, "rollouts": snap, "held": held,
+                 "credit": ctx.credit.state_dict() if ctx.credit is not None else None,
                  "frozen": self._frozen, "policy_source": self._policy_source,
                  "reward_models": self._reward_model_sources, "recipe": self.config.recipe,
                  "warm_start": self._warm_start}

@@ -19,6 +19,7 @@ from actors.learner import Learner
 from actors.verifier import Verifier
 from orchestrator.config import validate_config
 from orchestrator.data import DatasetError, load_prompts, read_rows
+from rl_step import train
 
 TEXTS = ["Tom has 3 apples. He buys 4 more. How many apples does Tom have now?",
          "3 + 4 = 7. The answer is \\boxed{7}.", "Answer with a number.", "system", "user", "assistant"] * 20
@@ -225,7 +226,7 @@ def test_learner_trains_on_the_sampled_ids(request, fixture, data_path, reward_f
         lp = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width)
     old, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
     assert torch.allclose(lp * r_mask, old * r_mask, atol=1e-4)
-    metrics = learner.train_step(table)
+    metrics = train(learner, table)
     assert metrics["train/step_skipped"] == 0 and metrics["train/clip_frac"] == 0
 
 
@@ -236,7 +237,7 @@ def test_supervised_answers_end_with_the_end_of_turn_token(model_dir, data_path)
     learner._answer_end = None
     assert learner.answer_end_id == learner.tokenizer.convert_tokens_to_ids("<|im_end|>")
     prompts = load_prompts(cfg.data, cfg.seed, model_cfg=cfg.model).train.select(["prompt", "answer"])
-    ids, targets = learner._packed_answers(prompts)
+    ids, targets = learner.objective("sft", "packed_answers").packed_answers(prompts)
     last = [row[row != -100][-1].item() for row in targets]
     assert set(last) == {learner.answer_end_id}
 

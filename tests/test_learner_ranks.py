@@ -17,6 +17,7 @@ from actors.distributed import Ranks, free_port
 from actors.generator import Generator
 from orchestrator.config import validate_config
 from orchestrator.data import arithmetic
+from rl_step import train
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
         "intermediate_size": 64}
@@ -63,7 +64,7 @@ def _learn(rank: int, world: int, cfg: dict, table_path: str, port: int, out: st
     if save:
         learner.save_reference(save + "-reference")
     table = feather.read_table(table_path)
-    metrics = [learner.train_step(table) for _ in range(steps)]
+    metrics = [train(learner, table) for _ in range(steps)]
     state = learner.full_state()
     if save:
         learner.save(save)

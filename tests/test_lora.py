@@ -17,6 +17,7 @@ from actors.learner import Learner
 from actors.verifier import Verifier
 from orchestrator.config import ConfigError, validate_config
 from orchestrator.data import arithmetic
+from rl_step import credited
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
         "intermediate_size": 64}
@@ -55,7 +56,7 @@ def scored(reward_fn):
         table, _ = verifier.score(table)
     finally:
         verifier.close()
-    return table
+    return credited(config, table)[0]  # the loop's credit step on the driver: the advantages column
 
 
 def snapshot(model) -> dict[str, torch.Tensor]:

@@ -18,6 +18,7 @@ from actors import token_head
 from actors.learner import Learner
 from actors.packing import pack, packed_micro_batches, padded_micro_batches
 from orchestrator.config import validate_config
+from rl_step import train
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
         "intermediate_size": 64}
@@ -124,7 +125,7 @@ def train_once(packing: str, t: pa.Table, budget: int | None = None, **learner_c
     step = learner.optimizer.step
     learner.optimizer.step = lambda *a, **k: (grads.update({n: p.grad.clone() for n, p in
                                                              learner.model.named_parameters()}), step(*a, **k))[1]
-    metrics = learner.train_step(t)
+    metrics = train(learner, t)
     assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
     return metrics, grads
 

@@ -1,16 +1,14 @@
-"""RL policy gradient: aggregate the rewards, compute advantages and the policy loss (plus the KL to
-the reference) from the algorithm registries, and take `algorithm.mini_batches` optimizer steps.
+"""RL policy gradient: the policy loss (plus the KL to the reference and the entropy bonus) from the
+algorithm registries, weighted per response token by the batch's `advantages` column, which the
+credit step wrote on the driver (orchestrator/credit.py); `algorithm.mini_batches` optimizer steps.
 Other hosted objectives ride along the same forward passes (LaSeR's self-reward MSE)."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import logging
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
@@ -26,36 +24,25 @@ SUMS = ("loss", "pg_loss", "kl", "clip_frac", "is_weight")
 
 @OBJECTIVES.register("policy_gradient")
 class PolicyGradient(Objective):
-    """One row per sampled response; the learner's `algorithm` section picks the estimator and loss."""
+    """One row per sampled response with its per-token `advantages`; the learner's `algorithm`
+    section picks the loss, the off-policy correction, the KL and the entropy terms."""
 
     name = "policy_gradient"
-    columns = tuple(B.CORE_FIELDS)  # checked by B.validate
-
-    def __init__(self, learner):
-        from actors.rewards.aggregate import Aggregator
-
-        super().__init__(learner)
-        config = learner.config
-        self.aggregator = Aggregator(config.aggregate_spec(), sources=[r.name for r in config.rewards])
-
-    def state_dict(self) -> dict:
-        return {"aggregator": self.aggregator.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.aggregator.load_state_dict(state.get("aggregator", {}))
+    columns = (*B.CORE_FIELDS, "advantages")
 
     def riders(self) -> list[Objective]:
         return [o for o in self.learner.objectives.values() if o is not self]
 
     def train_step(self, *tables: pa.Table, dump_path: str | None = None) -> dict[str, float]:
-        from actors.algorithms import ADVANTAGES
-        from actors.algorithms.advantages import combine_advantages, process_advantages
-
         lrn, algo = self.learner, self.learner.algo
         started = time.perf_counter()
         lrn.reset_peak_memory()
         table = B.concat(list(tables))
         B.validate(table)
+        if "advantages" not in table.schema.names:
+            raise B.BatchError("the policy_gradient objective trains on the per-token `advantages` column that "
+                               "the credit step writes (orchestrator/credit.py: Credit.apply); the batch has "
+                               f"{table.schema.names}")
         distinct = pc.count_distinct(table.column("uid")).as_py()
         if distinct != table.num_rows:  # exactly-once accounting
             raise B.BatchError(f"train batch has repeated uids: {table.num_rows} rows, {distinct} distinct")
@@ -63,30 +50,13 @@ class PolicyGradient(Objective):
             versions = pc.unique(table.column("reward_model_version")).to_pylist()
             if len(versions) > 1:
                 raise B.BatchError(f"train batch mixes reward-model versions {sorted(versions)}")
-        for rider in self.riders():
-            table = rider.rewards(table)
-        table, reward_metrics = self.aggregator.apply(table)
-        rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
         groups = torch.from_numpy(B.group_index(table))
-        estimator = ADVANTAGES.get(algo.advantage)
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
-        if getattr(estimator, "needs_values", False):  # PPO: GAE on the critic's values
-            adv, table = self._gae(table, rewards, r_mask)
-            outcome = (adv * r_mask).sum(1) / r_mask.sum(1).clamp(min=1)
-        else:
-            outcome = estimate(estimator, rewards, groups, lrn.config)
-            adv = outcome[:, None].expand_as(old_lp).clone()
-        if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
-            dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32)
-            process = process_advantages(dense, r_mask.float(), groups)
-            prime = getattr(lrn.config, "prime", None)  # PRIME's coefficient; a verifier's dense rewards: 1
-            weight = prime.process_weight if prime is not None else 1.0
-            adv = combine_advantages(outcome, weight * process, r_mask.float())
+        adv, _ = B.to_padded(table.column("advantages"), 0.0, torch.float32, width=r_mask.shape[1])
         active = torch.ones(table.num_rows, dtype=torch.bool)
         if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
             active &= torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
-            adv = adv * active[:, None]
         data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, old_lp=old_lp, adv=adv,
                     groups=groups, p_width=p_width)
         # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
@@ -114,37 +84,17 @@ class PolicyGradient(Objective):
             skipped += not ok
             computed += done
         lrn.version += 1
-        if dump_path:
-            lengths = r_mask.sum(1).numpy()
-            flat = adv[r_mask].numpy()
-            B.dump_parquet(table.append_column("advantages", B.list_column(flat, lengths, pa.float32())), dump_path)
-        out = rl_metrics(lrn, table, rewards, groups, outcome, sums, old_lp, r_mask, norms, skipped)
+        if dump_path:  # the batch as trained, advantages included
+            B.dump_parquet(table, dump_path)
+        out = rl_metrics(lrn, table, groups, sums, old_lp, r_mask, norms, skipped)
         for rider in self.riders():
             out.update(rider.metrics(sums, len(norms)))
-        out.update(reward_metrics)
         out["train/rows_computed_frac"] = computed / max(n, 1)
         elapsed = time.perf_counter() - started
         out["time/learner_s"] = elapsed  # inside the learner, without the call
         out.update(lrn.perf_metrics(sums.get("work_tokens", 0.0), sums.get("work_sq", 0.0), elapsed))
+        lrn.release_cached_memory()
         return out
-
-    def _gae(self, table: pa.Table, rewards: torch.Tensor, r_mask: torch.Tensor) -> tuple[torch.Tensor, pa.Table]:
-        """Per-token GAE advantages from the critic's `old_values` (recipe ppo), whitened over the
-        batch's tokens if the recipe says so; the table gains `returns` for the critic to train on."""
-        from actors.algorithms.advantages import gae_advantages
-
-        self.require(table, ("old_values",))
-        ppo = self.learner.config.ppo
-        values, _ = B.to_padded(table.column("old_values"), 0.0, torch.float32)
-        adv, returns = gae_advantages(rewards, values, r_mask, ppo.gamma, ppo.lam)
-        if ppo.whiten_advantages:
-            valid = adv[r_mask]
-            if len(valid) > 1:
-                adv = torch.where(r_mask, (adv - valid.mean()) / (valid.std() + 1e-8), torch.zeros_like(adv))
-        lengths = r_mask.sum(1).numpy()
-        self.returns_table = B.replace_column(table, "returns", B.list_column(returns[r_mask].numpy(), lengths,
-                                                                               pa.float32()))
-        return adv, table
 
     def _proximal(self, d: dict, mine: list[torch.Tensor], updates: list[torch.Tensor]) -> torch.Tensor | None:
         """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
@@ -313,18 +263,3 @@ class PolicyGradient(Objective):
         for k, v in part.items():
             sums[k] = sums.get(k, 0.0) + v
         return finite, float(grad_norm), len(compute)
-
-
-def estimate(estimator, rewards: torch.Tensor, groups: torch.Tensor, config) -> torch.Tensor:
-    """An advantage estimator's output; one that takes a `config` keyword gets the run's config, so a
-    recipe's own settings section can parametrise it (examples/pass_at_k.py)."""
-    return estimator(rewards, groups, config=config) if _takes_config(estimator) else estimator(rewards, groups)
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_config(estimator) -> bool:
-    """Once per estimator, not per step."""
-    try:
-        return "config" in inspect.signature(estimator).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        return False

@@ -23,6 +23,7 @@ from orchestrator.config import Section
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
 from orchestrator.stage_cache import fmt, save_stage, stage_path
 from orchestrator.stages import stop_if_requested
+from pipelines.laser_reward import save_c, with_offset
 from pipelines.stages import PolicyWarmup
 
 
@@ -52,6 +53,11 @@ class LaserConfig(Section):
     warmup_pairs: int = Field(64, gt=0)  # pairs per step
     warmup_resample: int = Field(100, gt=0)
     warmup_prompts: int = Field(2048, gt=0)
+
+    def objective(self, config) -> dict:
+        """The policy learner's laser_align objective with these settings (actors/objectives/laser_align.py)."""
+        return {"name": "laser_align", "token": self.token, "beta": self.beta, "mse_weight": self.mse_weight,
+                "balance": self.balance, "label": config.label_source(self)}
 
     def cross_check(self, config) -> None:
         if config.laser_rewards() and self.warmup_steps and config.verifier.fraction == 0:
@@ -106,7 +112,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     if prompts.num_rows == 0:
         raise ValueError(f"laser.warmup_steps={laser.warmup_steps} needs verifier-labelled training prompts; "
                          f"verifier.fraction={cfg.verifier.fraction} labels none of {ctx.prompts.train.num_rows}")
-    steps, stats, drawn, samples, pairs = 0, {}, [], None, []
+    steps, stats, drawn, samples, pairs, c = 0, {}, [], None, [], laser.c
     while steps < laser.warmup_steps:
         stop_if_requested(ctx, "self-verification warm-up", steps)
         fresh = await labelled_samples(ctx, prompts, _EVAL_SEQ - 1000 * (steps + 1))
@@ -131,7 +137,12 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                                f"sample: batches of {len(pairs)} pairs instead of laser.warmup_pairs={laser.warmup_pairs}")
         n = min(laser.warmup_resample, laser.warmup_steps - steps)
         batches = [pair_batch(samples, pairs, laser.warmup_pairs, rng) for _ in range(n)]
-        stats = await learner.call("laser_align_steps", batches, laser.warmup_lr, laser.warmup_nll, table=False)
+        if c is None:  # fixed from the first batch when laser.c leaves it open, as in RL
+            c = float(np.nanmean(batches[0].column("laser_logprob").to_numpy(zero_copy_only=False)))
+        batches = [with_offset(b, c) for b in batches]
+        stats = await learner.call("call_objective", "laser_align", "align_steps", batches, laser.warmup_lr,
+                                   laser.warmup_nll, table=False)
+        stats["laser_warmup/c"] = c
         steps += n
         await channel.publish(0)  # the next samples come from the policy as trained so far
         ctx.progress.print(f"self-verification warm-up: step {steps}/{laser.warmup_steps}, mse "
@@ -146,6 +157,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
             **{f"laser_warmup/{k[5:]}_before": v for k, v in before.items()},
             **{f"laser_warmup/{k[5:]}_after": v for k, v in after.items()},
             **stats, "laser_warmup/accuracy_after": accuracy, "laser_warmup/time_s": time.perf_counter() - started}
+    if laser.c is None and c is not None:  # a c learned from the data: the RL run from this model keeps it
+        save_c(out_dir, c)
     return await save_stage(learner, out_dir, MARKER, info)
 
 
