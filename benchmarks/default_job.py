@@ -91,9 +91,11 @@ def merge(paths: list[Path], label: str | None) -> int:
     rows = [r for rep in reports for r in rep["runs"]]
     md = table(rows)
     print(md)
+    same = lambda key: reports[0].get(key) if all(r.get(key) == reports[0].get(key) for r in reports) else "mixed"  # noqa: E731
     write(label, {"benchmark": "default_job", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "merged_from": [{"file": p.name, "argv": rep["argv"], "created": rep["created"],
                                    "machine": rep["machine"]} for p, rep in zip(paths, reports)],
+                  "recipe": same("recipe"), "overrides": same("overrides"),
                   "min_lift": LIFT, "table_markdown": md, "runs": rows})
     return 0 if all(r["lift"] is not None and r["lift"] >= LIFT for r in rows) else 1
 
