@@ -127,7 +127,10 @@ def _preflight(config) -> None:
     from orchestrator.recipes import RECIPES, Recipe
 
     for spec in config.fn_rewards() + config.process_rewards():
-        fn = REWARD_FUNCTIONS.get(spec.fn or spec.name)
+        try:
+            fn = REWARD_FUNCTIONS.get(spec.fn or spec.name)
+        except ImportError as e:
+            raise ConfigError(f"rewards[{spec.name}].fn: {e}") from None
         if not callable(fn):
             raise ConfigError(f"rewards[{spec.name}]: {spec.fn or spec.name!r} is not callable")
     for key, registry, name in (("algorithm.advantage", ADVANTAGES, config.algorithm.advantage),

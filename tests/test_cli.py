@@ -164,6 +164,22 @@ def test_missing_reward_function_in_cwd_module(cli, tmp_path) -> None:
     assert "cannot import" not in err  # the module itself imported from the cwd
 
 
+@pytest.mark.parametrize("source, line, what", [
+    ("def score(prompt, response, answer, **_):\n    return 1.0 +\n", 2, "SyntaxError: invalid syntax"),
+    ("import os\nLIMIT = int(os.environ['NO_SUCH_VARIABLE_XYZ'])\n", 2, "KeyError: 'NO_SUCH_VARIABLE_XYZ'"),
+    ("import no_such_dependency_xyz\n", 1, "No module named 'no_such_dependency_xyz'"),
+])
+def test_a_reward_module_that_fails_to_import_is_named_with_its_line(cli, tmp_path, source, line, what) -> None:
+    """A module that exists but fails at import (it does not compile, its top level raises, a module
+    it imports is missing) gets the same one-line rc-2 error as a missing one, naming file and line."""
+    module = f"broken_rewards_{line}_{abs(hash(what)) % 10_000}"
+    (tmp_path / f"{module}.py").write_text(source)
+    proc = cli("run", f"rewards=[{{name: mine, fn: '{module}:score'}}]")
+    err = _assert_config_error(proc)
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"rewards[mine].fn" in err and f"{tmp_path / module}.py, line {line}" in err and what in err, err
+
+
 def test_resume_needs_output_dir(coevo) -> None:
     err = _assert_config_error(coevo("run", "--resume"))
     assert "--output-dir" in err
