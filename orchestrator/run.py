@@ -38,6 +38,10 @@ def resolve_run_dir(config: Config, resume: bool) -> Path:
     if config.output_dir is None:
         base = Path("~/coevo/runs").expanduser() if in_ray_job() else Path("runs")
         path = base / stamp
+        for i in range(2, 1000):  # another run started in the same second
+            if not path.exists():
+                break
+            path = base / f"{stamp}-{i}"
     else:
         path = Path(config.output_dir).expanduser()
         if in_ray_job() and not path.is_absolute():
@@ -261,6 +265,7 @@ def run(config: Config, resume: bool = False) -> dict:
     """Train; returns the summary (also written to `run_dir/summary.json`)."""
     run_dir = resolve_run_dir(config, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
+    run_dirs.mark(run_dir)
     dump_config(config, run_dir / "config.yaml")
     job = Run(config, run_dir, resume)
     job.progress.print(f"run directory: {run_dir}")

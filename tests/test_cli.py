@@ -247,6 +247,19 @@ def test_rerunning_a_saved_config_starts_a_new_run(coevo, tmp_path) -> None:
     assert [p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()] == ["grpo"]
 
 
+def test_an_output_dir_holding_a_users_files_is_refused_untouched(cli, tmp_path) -> None:
+    """The user's own config.yaml in the directory they name (also as the config): refused with rc 2,
+    naming what is there, before Ray; the file is byte for byte the same."""
+    mine = tmp_path / "exp1"
+    mine.mkdir()
+    text = "# my experiment\nrecipe: grpo\ntrain: {max_steps: 7}\n"
+    (mine / "config.yaml").write_text(text)
+    for args in (["--output-dir", str(mine)], [str(mine / "config.yaml"), "--output-dir", str(mine)]):
+        err = _assert_config_error(cli("run", *args))
+        assert "not a coevo run directory" in err and "config.yaml" in err and str(mine) in err
+        assert (mine / "config.yaml").read_text() == text and [p.name for p in mine.iterdir()] == ["config.yaml"]
+
+
 def test_hub_id_model_path_stops_before_ray(cli) -> None:
     err = _assert_config_error(cli("run", "model.path=Qwen/Qwen2.5-0.5B"))
     assert "does not fetch" in err and "download the model to a directory first" in err
