@@ -181,6 +181,22 @@ def held_out_text(summary: dict) -> str:
     return "; ".join(parts) or "no evaluation"
 
 
+def loader_text(model_dir: Path) -> str:
+    """How a saved model loads with plain transformers: the Auto class of its architecture (from its
+    config.json), and the extra file a value head lives in."""
+    import json
+
+    archs = json.loads((model_dir / "config.json").read_text()).get("architectures") or []
+    kinds = {"ForCausalLM": "AutoModelForCausalLM", "ForSequenceClassification": "AutoModelForSequenceClassification",
+             "ForTokenClassification": "AutoModelForTokenClassification"}
+    auto = next((auto for arch in archs for suffix, auto in kinds.items() if arch.endswith(suffix)), "AutoModel")
+    text = f"{auto}.from_pretrained"
+    from actors.objectives.value import VALUE_HEAD_FILE
+    if (model_dir / VALUE_HEAD_FILE).is_file():
+        text += f", value head in {VALUE_HEAD_FILE} (torch.load: a Linear(hidden_size, 1) state dict)"
+    return text
+
+
 def _report(summary: dict) -> None:
     run_dir = summary["run_dir"]
     evals = held_out_text(summary)
@@ -194,12 +210,10 @@ def _report(summary: dict) -> None:
     print(f"  tensorboard: tensorboard --logdir {run_dir}/tensorboard")
     print(f"  plots:       {', '.join(summary['plots'])}")
     ckpt = summary["final_checkpoint"]
-    learners = sorted(p.name for p in Path(ckpt).iterdir() if (p / "config.json").is_file())
-    loaders = {"policy_learner": "AutoModelForCausalLM", "rm_learner": "AutoModelForSequenceClassification",
-               "prm_learner": "AutoModelForCausalLM"}
+    learners = sorted(p for p in Path(ckpt).iterdir() if (p / "config.json").is_file())
     print(f"  checkpoint:  {ckpt}")
-    for name in learners:
-        print(f"    {name + '/':16} {loaders.get(name, 'from_pretrained')}.from_pretrained")
+    for path in learners:
+        print(f"    {path.name + '/':16} {loader_text(path)}")
     if stopped:
         print(f"resume with:  coevo run --resume --output-dir {run_dir}")
 

@@ -302,3 +302,19 @@ def test_subtraction_jsonl_recipe_finds_its_reward_module(guard_dir) -> None:
     proc = subprocess.run([*_coevo(), "run", "subtraction_jsonl", "--output-dir", str(guard_dir / "sub")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 99 and "TEST GUARD" in proc.stderr, proc.stderr
+
+
+def test_the_printout_names_each_saved_models_loader(tmp_path) -> None:
+    """From each model's own config.json: ppo's critic is a causal LM body plus its value head, not
+    `from_pretrained.from_pretrained`; a reward model is a sequence classifier."""
+    from orchestrator.cli import loader_text
+
+    for name, arch in (("critic", "Qwen2ForCausalLM"), ("rm_learner", "LlamaForSequenceClassification"),
+                       ("odd", "SomethingElse")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(f'{{"architectures": ["{arch}"]}}')
+    (tmp_path / "critic" / "value_head.pt").write_bytes(b"")
+    critic = loader_text(tmp_path / "critic")
+    assert critic.startswith("AutoModelForCausalLM.from_pretrained") and "value_head.pt" in critic
+    assert loader_text(tmp_path / "rm_learner") == "AutoModelForSequenceClassification.from_pretrained"
+    assert loader_text(tmp_path / "odd") == "AutoModel.from_pretrained"
