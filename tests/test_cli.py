@@ -294,14 +294,33 @@ def test_the_final_line_puts_the_warm_start_beside_the_end() -> None:
     assert held_out_text({}) == "no evaluation"
 
 
-def test_subtraction_jsonl_recipe_finds_its_reward_module(guard_dir) -> None:
-    """`coevo run subtraction_jsonl` from the repository root, as the recipe table says, with no
-    PYTHONPATH: every plug-in imports, so it gets as far as starting Ray (the guard's exit 99)."""
+@pytest.mark.parametrize("recipe", ["subtraction_jsonl", "code_tasks"])
+def test_recipes_with_data_files_find_them_from_any_directory(guard_dir, tmp_path, recipe) -> None:
+    """`coevo run subtraction_jsonl` / `code_tasks` from a directory other than the repository root,
+    with no PYTHONPATH: the data beside the recipe and the reward module load, so it gets as far as
+    starting Ray (the guard's exit 99)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONPATH=str(guard_dir), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HF_HUB_OFFLINE="1")
-    proc = subprocess.run([*_coevo(), "run", "subtraction_jsonl", "--output-dir", str(guard_dir / "sub")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*_coevo(), "run", recipe, "--output-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 99 and "TEST GUARD" in proc.stderr, proc.stderr
+    import yaml  # the saved config names the data by its absolute path: it reruns from anywhere
+
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert Path(saved["data"]["path"]).is_absolute() and Path(saved["data"]["path"]).is_file()
+
+
+def test_a_relative_path_in_a_yaml_file_is_looked_up_beside_it_then_in_the_cwd(cli, tmp_path) -> None:
+    from orchestrator.config import load_config
+
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "rows.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    (tmp_path / "cwd_rows.jsonl").write_text('{"prompt": "1+2=", "answer": "3"}\n')
+    (tmp_path / "exp" / "a.yaml").write_text("data: {task: null, path: rows.jsonl, eval_path: cwd_rows.jsonl}\n")
+    config = load_config(str(tmp_path / "exp" / "a.yaml"))  # the cwd is tmp_path (the cli fixture)
+    assert config.data.path == str(tmp_path / "exp" / "rows.jsonl")  # beside the file
+    assert config.data.eval_path == "cwd_rows.jsonl"  # not beside it: the working directory's, as before
+    assert load_config(str(tmp_path / "exp" / "a.yaml"), ["data.path=rows.jsonl"]).data.path == "rows.jsonl"
 
 
 def test_the_printout_names_each_saved_models_loader(tmp_path) -> None:
