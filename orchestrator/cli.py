@@ -101,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Stopped as e:
+    except Stopped as e:  # in a warm-up stage: nothing to resume, the same command goes on
+        import shlex
         import signal
         print(str(e), file=sys.stderr)
+        print(f"start it again with:  {submitted(shlex.join(['coevo', *(sys.argv[1:] if argv is None else argv)]))}",
+              file=sys.stderr)
         return 128 + getattr(signal, e.signame)
     except (ConfigError, FileNotFoundError) as e:  # found once Ray is up (e.g. resources it lacks)
         print(f"error: {e}", file=sys.stderr)
@@ -173,8 +176,9 @@ def held_out_text(summary: dict) -> str:
     if acc is not None:
         at = f" (step {summary['eval/step']})" if summary.get("eval/step") is not None else ""
         prompts = f" on {summary['eval/prompts']} prompts" if summary.get("eval/prompts") else ""
-        start = (f"{warm:.3f} (warm start, after the {summary.get('warm_start/stage', 'warm-up')}) -> "
-                 if warm is not None else "")
+        after = ("the model as given: its warm-up was skipped, already at the target" if summary.get("warm_start/skipped")
+                 else f"after the {summary.get('warm_start/stage', 'warm-up')}")
+        start = f"{warm:.3f} (warm start, {after}) -> " if warm is not None else ""
         parts.append(f"held-out greedy accuracy{prompts} {start}{acc:.3f}{at}")
     if summary.get("eval/pair_accuracy") is not None:
         parts.append(f"held-out pair accuracy {summary['eval/pair_accuracy']:.3f}")
@@ -201,10 +205,10 @@ def _report(summary: dict) -> None:
     run_dir = summary["run_dir"]
     evals = held_out_text(summary)
     stopped = summary.get("stopped_by")
-    head = f"stopped by {stopped} after" if stopped else "done:"
-    print(f"\n{head} {summary['steps']} steps in {summary['time/total_s']:.1f}s "
-          f"(Ray {summary['time/ray_start_s']:.1f}s, warm-up {summary['time/warmup_s']:.1f}s, "
-          f"training {summary['time/train_s']:.1f}s); {evals}")
+    from orchestrator.session import timing_text
+
+    head = f"stopped by {stopped}:" if stopped else "done:"
+    print(f"\n{head} {timing_text(summary)}; {evals}")
     print(f"run directory: {run_dir}")
     print(f"  metrics:     {run_dir}/metrics.jsonl")
     print(f"  tensorboard: tensorboard --logdir {run_dir}/tensorboard")
@@ -215,7 +219,22 @@ def _report(summary: dict) -> None:
     for path in learners:
         print(f"    {path.name + '/':16} {loader_text(path)}")
     if stopped:
-        print(f"resume with:  coevo run --resume --output-dir {run_dir}")
+        print(f"resume with:  {resume_command(run_dir)}")
+
+
+def resume_command(run_dir: str) -> str:
+    return submitted(f"coevo run --resume --output-dir {run_dir}")
+
+
+def submitted(command: str) -> str:
+    """A command to run again: inside a Ray job (`ray job stop` stopped it), as a job submitted to the
+    same cluster; else as it is."""
+    from orchestrator import cluster
+    from orchestrator.run import in_ray_job
+
+    if not in_ray_job():
+        return command
+    return f"ray job submit --address {cluster.DASHBOARD or 'http://<head>:8265'} --working-dir . -- {command}"
 
 
 if __name__ == "__main__":

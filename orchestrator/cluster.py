@@ -15,6 +15,8 @@ def connect(ray_cfg) -> tuple[str, bool]:
     address = ray_cfg.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        global DASHBOARD
+        DASHBOARD = dashboard_url()
         return f"joined Ray cluster at {address}", False
     # Workers must import the user's `module:function` code the way the driver does (a job's
     # --working-dir does this on a cluster). They inherit it from the raylet this call starts: a
@@ -43,6 +45,19 @@ def connect(ray_cfg) -> tuple[str, bool]:
             os.environ["PYTHONPATH"] = before
     where = ray.get_runtime_context().gcs_address
     return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
+
+
+DASHBOARD: str | None = None  # the joined cluster's dashboard (job submission) address, once connected
+
+
+def dashboard_url() -> str | None:
+    """The connected cluster's dashboard address, `http://host:port` (None: it has none)."""
+    try:
+        from ray._private.services import get_webui_url_from_internal_kv
+        url = get_webui_url_from_internal_kv()
+    except Exception:  # noqa: BLE001  (a Ray without this record: the hint falls back to a placeholder)
+        return None
+    return None if not url else url if "://" in url else f"http://{url}"
 
 
 def _token_auth_quietly() -> None:
