@@ -86,7 +86,7 @@ def test_stages_run_in_order_and_a_new_run_goes_on_from_the_unfinished_one(tmp_p
     assert sources.policy == str(tmp_path / "cache" / "second-from-first-from-base")  # each feeds the next
     # the warm start is the last stage's accuracy, a cache hit or not
     assert info == {"first/accuracy_after": 0.5, "second/accuracy_after": 0.6, "warm_start/accuracy": 0.6,
-                    "warm_start/stage": "counting stage"} and pools == {}
+                    "warm_start/stage": "counting stage", "warm_start/skipped": False} and pools == {}
 
 
 def test_a_stage_that_needs_roles_nobody_declares_says_which(tmp_path) -> None:
