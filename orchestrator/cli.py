@@ -31,8 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="train with a recipe or YAML config",
         description="Train. With no arguments: an embedded local Ray cluster, a tiny model, 2-digit "
-                    "addition, SFT warm-up then GRPO. CONFIG is a YAML file or a recipe name in pipelines/. "
-                    "Overrides are dotted key=value pairs, e.g. algorithm.lr=5e-5 rollout.samples_per_prompt=4.",
+                    "addition, an SFT warm-up then PSR (GRPO's positive half; algorithm.advantage=grpo for "
+                    "GRPO). CONFIG is a YAML file or a recipe name in pipelines/. Overrides are dotted "
+                    "key=value pairs, e.g. algorithm.lr=5e-5 rollout.samples_per_prompt=4. A first run also "
+                    "pays for its recipe's warm-ups, cached for later runs: the list below says what each "
+                    "costs.",
         epilog=recipes_help() + "\n\n" + EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", nargs="?", help="YAML file or recipe name (default: grpo_addition)")

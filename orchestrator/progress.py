@@ -19,14 +19,14 @@ def duration(seconds: float) -> str:
 
 def estimate(spent: float, done: int, total: int, at_most: bool) -> str:
     """Time spent and, at the rate so far, what is left of `total` steps: "about" for a fixed number
-    of steps; for work that may end early at a target, its rate and "at most" (its whole budget)."""
+    of steps; for work that ends early at a target, its rate and the latest it ends (its budget)."""
     if done <= 0:
         return f"{duration(spent)} so far"
     rate = spent / done
     left = duration(rate * max(0, total - done))
     if not at_most:
         return f"{duration(spent)} so far, about {left} left"
-    return f"{duration(spent)} so far, {rate:.2g} s/step, at most {left} left"
+    return f"{duration(spent)} so far, {rate:.2g} s/step; ends at its target, at the latest in {left}"
 
 
 class RunProgress:

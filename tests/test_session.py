@@ -54,8 +54,8 @@ def test_restarts_are_counted_and_their_time_is_in_the_wall_time() -> None:
     assert set(PHASES) <= {k[5:-2] for k in summary if k.startswith("time/") and k.endswith("_s")}
 
 
-def test_estimates_say_about_or_at_most() -> None:
+def test_estimates_say_about_or_the_latest() -> None:
     assert estimate(10.0, 0, 100, at_most=False) == "10 s so far"
     assert estimate(10.0, 10, 100, at_most=False) == "10 s so far, about 1 min 30 s left"
-    assert estimate(60.0, 100, 3000, at_most=True) == "1 min so far, 0.6 s/step, at most 29 min left"
-    assert estimate(600.0, 10, 3000, at_most=True) == "10 min so far, 60 s/step, at most 49.8 h left"
+    assert estimate(60.0, 100, 3000, at_most=True) == "1 min so far, 0.6 s/step; ends at its target, at the latest in 29 min"
+    assert estimate(600.0, 10, 3000, at_most=True) == "10 min so far, 60 s/step; ends at its target, at the latest in 49.8 h"

@@ -173,6 +173,8 @@ def test_user_dataset_and_reward_function(ray_env, tmp_path) -> None:
                  "roles.generator.replicas=2", "roles.generator.num_cpus=0.5",
                  "--output-dir", str(run_dir)], ray_env, tmp_path)
     assert "run directory" in out
+    done = next(line for line in out.splitlines() if line.startswith("done:"))
+    assert "warm-up" not in done  # warmup.enabled=false: no warm-up time is claimed
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
 
