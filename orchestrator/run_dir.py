@@ -59,6 +59,9 @@ def claim(path: Path, config, resume: bool) -> str | None:
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} is a file, not a directory: choose another --output-dir")
     if path.is_dir() and not holds_run(path) and any(path.iterdir()):
+        if resume:
+            raise ConfigError(f"--resume: {path} is not a coevo run directory (it holds {_contents(path)}), so "
+                              "there is no run to resume there; nothing was touched")
         raise ConfigError(f"output directory {path} is not empty and is not a coevo run directory (it holds "
                           f"{_contents(path)}); coevo writes only into a new or empty directory or one of its own "
                           "runs, so nothing there was touched: choose another --output-dir")

@@ -110,6 +110,7 @@ def test_a_directory_coevo_did_not_make_is_refused_and_left_alone(tmp_path, resu
         claim(mine, load_config(None), resume=resume)
     msg = str(e.value)
     assert "not a coevo run directory" in msg and "config.yaml, data/, notes.txt" in msg and str(mine) in msg
+    assert ("no run to resume there" in msg) == resume
     assert sorted(p.name for p in mine.iterdir()) == ["config.yaml", "data", "notes.txt"]
     assert (mine / "config.yaml").read_text() == "recipe: grpo  # my own\n"
 
