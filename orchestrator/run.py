@@ -24,6 +24,7 @@ from orchestrator.pools import build_pools, ready
 from orchestrator.roles import RoleError
 from orchestrator.session import Session, session_record
 from orchestrator.stage_driver import StageDriver
+from orchestrator.stages import Stopped, until_stopped
 
 
 def in_ray_job() -> bool:
@@ -94,9 +95,9 @@ class Run:
         token = names.RUN.set(self.run_dir.name)  # its actors' names (orchestrator.names)
         try:
             summary = await self._main(nested)
-        except BaseException:
+        except BaseException as e:
             if self.ctx is not None and self.ctx.metrics is not None:
-                self.ctx.metrics.finish("failed")
+                self.ctx.metrics.finish("stopped" if isinstance(e, Stopped) else "failed")
             raise
         finally:
             names.RUN.reset(token)
@@ -142,16 +143,10 @@ class Run:
         ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts, sampler=sampler,
                                     pools=pools, metrics=metrics, progress=self.progress)
         ctx.stop_requested = self._pending_stop
-        await ready(pools)
-        for line in filter(None, (pool.describe() for pool in pools.values())):
-            self.progress.print(line)
-        ctx.channels = self.recipe.channels(ctx)
-        if self.state:
-            await self._restore(ctx)
-        else:
-            await self._save_references(ctx)
-        await self._publish_all(ctx)
-        await self.recipe.prepare(ctx)
+        after = ("the same --resume goes on from the same checkpoint" if self.state else
+                 "the warm-up stages are cached, and the same command goes on from there (reusing an --output-dir)")
+        await until_stopped(self, self._start(ctx), "start of the run's actors, before its first step",
+                            message=f"nothing to save yet: {after}")
         session.add("actors", time.perf_counter() - t_actors - (sum(session.phases.values()) - counted))
         t_rl = time.perf_counter()
         try:
@@ -194,6 +189,20 @@ class Run:
         except json.JSONDecodeError:
             return []
         return old.get("sessions") or [session_record(old)]
+
+    async def _start(self, ctx: RunContext) -> None:
+        """The run's actors up, its state restored (or its references saved), weights published, and
+        the recipe's own preparation (held-out pairs, a rehearsal set)."""
+        await ready(ctx.pools)
+        for line in filter(None, (pool.describe() for pool in ctx.pools.values())):
+            self.progress.print(line)
+        ctx.channels = self.recipe.channels(ctx)
+        if self.state:
+            await self._restore(ctx)
+        else:
+            await self._save_references(ctx)
+        await self._publish_all(ctx)
+        await self.recipe.prepare(ctx)
 
     async def _publish_all(self, ctx: RunContext) -> None:
         for name, channel in ctx.channels.items():

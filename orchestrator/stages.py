@@ -48,7 +48,7 @@ def stop_if_requested(ctx, what: str, step: int) -> None:
         raise stopped_in_stage(ctx.stop_requested, what, f", at step {step}")
 
 
-async def until_stopped(run, work, what: str):
+async def until_stopped(run, work, what: str, message: str | None = None):
     """Await `work` (a stage) unless a stop is requested first (SIGINT, or SIGTERM from `ray job
     stop`): then it is cancelled at once, wherever it waits (a block of learner steps, sampling, a
     nested run), and Stopped is raised, so a stage never holds a stop for more than a moment."""
@@ -63,6 +63,8 @@ async def until_stopped(run, work, what: str):
     task.cancel()
     await asyncio.wait({task}, timeout=5.0)  # let it unwind (its Ray calls are only awaited, never blocked on)
     run.progress.stop()
+    if message is not None:
+        raise Stopped(run._pending_stop, f"stopped by {run._pending_stop} during the {what}: {message}")
     where = f", at step {run.stage_step[0]} of {run.stage_step[1]}" if run.stage_step else ""
     raise stopped_in_stage(run._pending_stop, what, where)
 
