@@ -56,6 +56,9 @@ async def until_stopped(run, work, what: str, message: str | None = None):
     stop = asyncio.ensure_future(run.stopping().wait())
     try:
         await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this wait itself cancelled (an outer stage's stop): the work goes with it
+        task.cancel()
+        raise
     finally:
         stop.cancel()
     if task.done():
@@ -71,8 +74,9 @@ async def until_stopped(run, work, what: str, message: str | None = None):
 
 class StageProgress:
     """A stage's budget, said when it starts, and its progress with an estimate of what is left:
-    "about" for a fixed number of steps, "at most" for a stage that may end early at its target.
-    The run's progress bar counts the steps; `line` goes to logs (and under the bar) each update."""
+    "about" for a fixed number of steps, the latest it ends for a stage that ends early at its
+    target (orchestrator.progress.estimate). The run's progress bar counts the steps; each update
+    is also a line in logs."""
 
     def __init__(self, ctx, title: str, total: int, budget: str, early_stop: bool = False):
         self.ctx, self.title, self.total, self.early_stop = ctx, title, total, early_stop
