@@ -119,6 +119,8 @@ def test_help(coevo) -> None:
     assert "overrides" in proc.stdout.lower()
     assert "key=value" in proc.stdout  # how an override looks
     assert "--resume" in proc.stdout and "--output-dir" in proc.stdout
+    # the default job's estimator is PSR, not plain GRPO
+    assert "then PSR (GRPO's positive half" in " ".join(proc.stdout.split()) and "then GRPO." not in proc.stdout
 
 
 def test_unknown_key_lists_accepted_keys(cli) -> None:
