@@ -59,3 +59,16 @@ def test_estimates_say_about_or_the_latest() -> None:
     assert estimate(10.0, 10, 100, at_most=False) == "10 s so far, about 1 min 30 s left"
     assert estimate(60.0, 100, 3000, at_most=True) == "1 min so far, 0.6 s/step; ends at its target, at the latest in 29 min"
     assert estimate(600.0, 10, 3000, at_most=True) == "10 min so far, 60 s/step; ends at its target, at the latest in 49.8 h"
+
+
+def test_the_loop_estimates_from_the_recipes_own_step_budget() -> None:
+    """self_rewarding ends after its iterations (3 x 2 epochs x 4 batches of 64 of 256 prompts = 24
+    steps), not at train.max_steps=1000: its estimate must not say hours."""
+    from orchestrator.config import load_config
+    from orchestrator.recipes import RECIPES
+
+    cfg = load_config("self_rewarding")
+    assert RECIPES.get(cfg.recipe)().step_budget(cfg) == (24, True)
+    default = load_config(None)
+    assert RECIPES.get(default.recipe)().step_budget(default) == (150, True)  # stops at 0.8 or step 150
+    assert RECIPES.get("grpo")().step_budget(load_config(None, ["train.stop_at_accuracy=null"]))[1] is False
