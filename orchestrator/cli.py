@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
                     "GRPO). CONFIG is a YAML file or a recipe name in pipelines/. Overrides are dotted "
                     "key=value pairs, e.g. algorithm.lr=5e-5 rollout.samples_per_prompt=4. A first run also "
                     "pays for its recipe's warm-ups, cached for later runs: the list below says what each "
-                    "costs.",
+                    "costs. The default job's first run takes about a minute on 2 idle CPU cores.",
         epilog=recipes_help() + "\n\n" + EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", nargs="?", help="YAML file or recipe name (default: grpo_addition)")

@@ -201,8 +201,11 @@ def test_help_lists_every_recipe_with_a_line() -> None:
 
     assert sorted(RECIPE_LINES) == sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))
     run_help = _parser()._subparsers._group_actions[0].choices["run"].format_help()
+    from orchestrator.recipe_list import FIRST_RUN
+
+    assert sorted(FIRST_RUN) == sorted(RECIPE_LINES)  # what a first run of each costs
     for name, line in RECIPE_LINES.items():
-        assert f"{name}  " in run_help and line in run_help
+        assert f"{name}  " in run_help and line in run_help and f"first run: {FIRST_RUN[name]}" in run_help
 
 
 def test_help_examples_are_accepted() -> None:

@@ -137,3 +137,15 @@ def test_recipes_page_counts_and_names_every_recipe() -> None:
     described = {name for row in table.splitlines() if row.startswith("| `")
                  for name in re.findall(r"`([a-z_]+)`", row.split(" | ")[0])}
     assert sorted(described) == files
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/recipes.md"])
+def test_the_recipe_tables_say_what_a_first_run_costs(page) -> None:
+    """Each shipped file's row names the warm-ups a first run pays for, as `coevo run --help` does."""
+    from orchestrator.recipe_list import FIRST_RUN
+
+    text = (ROOT / page).read_text(encoding="utf-8")
+    rows = {m.group(1): line for line in text.splitlines()
+            if (m := re.match(r"^\| (?:\(default\) )?`([a-z_]+)` \|", line)) and "SFT warm-up" in line}
+    assert sorted(rows) == sorted(FIRST_RUN)
+    assert all(f"| {FIRST_RUN[name]} |" in line for name, line in rows.items())
