@@ -47,10 +47,15 @@ OPTIONAL_FIELDS: dict[str, pa.DataType] = {
     "labelled": pa.bool_(),  # whether the verifier labels this prompt (verifier.fraction)
     "token_rewards": pa.list_(pa.float32()),
     "ref_logprobs": pa.list_(pa.float32()),
-    "advantages": pa.list_(pa.float32()),
+    # written by the credit step (orchestrator/credit.py), read by the learners
+    "advantages": pa.list_(pa.float32()),  # what the policy loss weighs each response token by
+    "old_values": pa.list_(pa.float32()),  # a critic's value of the state before each response token
+    "returns": pa.list_(pa.float32()),  # GAE's returns, the critic's targets
+    "reward_mask": pa.bool_(),  # False: the row does not train (Parrot's dominated samples)
+    "laser_c": pa.float64(),  # LaSeR: the offset c of the self-reward beta * (log pi(z | x, y) - c)
 }
 # List columns that hold one value per response token.
-PER_RESPONSE_TOKEN = ("behavior_logprobs", "token_rewards", "ref_logprobs", "advantages")
+PER_RESPONSE_TOKEN = ("behavior_logprobs", "token_rewards", "ref_logprobs", "advantages", "old_values", "returns")
 
 
 class BatchError(ValueError):
@@ -183,6 +188,14 @@ def to_padded(
     out[mask] = values
     tensor = torch.from_numpy(out)
     return (tensor.to(dtype) if dtype is not None else tensor), torch.from_numpy(lengths)
+
+
+def response_mask(table: pa.Table) -> torch.Tensor:
+    """[rows, longest response] bool: True at each row's response tokens (the learner's `r_mask`)."""
+    import torch
+
+    lengths = torch.from_numpy(_lengths(table.column("response_ids")))
+    return torch.arange(int(lengths.max()) if len(lengths) else 0)[None, :] < lengths[:, None]
 
 
 def from_padded(tensor: torch.Tensor, lengths: torch.Tensor | np.ndarray, value_type: pa.DataType,

@@ -118,11 +118,16 @@ class Ranks:
         """This rank's share of `n` independent items (pairs: no groups): every world_size-th one."""
         return torch.arange(self.rank, n, self.world_size) if self.distributed else torch.arange(n)
 
-    def micro_batches(self, rows: torch.Tensor, size: int, pool: torch.Tensor) -> list[tuple[torch.Tensor, bool]]:
-        """`rows` in micro-batches of `size`, as (indices, real). Under fsdp2 every rank runs as many
-        as the rank with the most; the extra ones are one row of `pool` (the update's rows), run with
-        weight 0 so the collectives line up."""
-        parts = [(mb, True) for mb in (rows.split(size) if len(rows) else ())]
+    def micro_batches(self, rows: torch.Tensor | list[torch.Tensor], size: int | None,
+                      pool: torch.Tensor) -> list[tuple[torch.Tensor, bool]]:
+        """`rows` in micro-batches of `size` (or `rows` already cut into micro-batches, with `size`
+        None: actors.packing), as (indices, real). Under fsdp2 every rank runs as many as the rank
+        with the most; the extra ones are one row of `pool` (the update's rows), run with weight 0 so
+        the collectives line up."""
+        if size is None:
+            parts = [(mb, True) for mb in rows]
+        else:
+            parts = [(mb, True) for mb in (rows.split(size) if len(rows) else ())]
         if self.sharded:
             most = int(self.max(len(parts)))
             parts += [(pool[:1], False)] * (most - len(parts))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import uuid
@@ -12,7 +13,13 @@ import ray
 
 from actors import batch as B
 from actors.weight_transport import Endpoint, Link
-from actors.weights import StaleReplicaError
+from actors.weights import StaleReplicaError, inference_copy
+
+
+def shares_gpu(num_gpus: float) -> bool:
+    """A replica with a fraction of a GPU shares it (with a learner that trains while it idles): it
+    frees its KV cache between calls rather than keep the allocator's cached blocks."""
+    return 0 < num_gpus < 1
 
 
 class Generator:
@@ -31,9 +38,14 @@ class Generator:
         model, tokenizer = modeling.build(config.model, config.seed)
         if model_source:  # a warm-up checkpoint
             model = modeling.load_model(model_source, attn=config.model.attn_implementation)
+        # model.dtype (bfloat16 on a GPU by default); the learner's float32 updates are cast as they load
+        model = inference_copy(model, modeling.inference_dtype(config.model.dtype, device))
         # sleep mode is set when the engine is built (vLLM); only rollout.backend=vllm may ask for it
         sleep = {"sleep_mode": True} if config.rollout.vllm_sleep_level else {}
-        self.backend = BACKENDS.get(config.rollout.backend)(model, tokenizer, device=device, **sleep)
+        backend = BACKENDS.get(config.rollout.backend)
+        if shares_gpu(role.get("num_gpus", 0)) and "free_memory" in inspect.signature(backend).parameters:
+            sleep["free_memory"] = True  # the HF backend: its KV cache goes back to the GPU after each call
+        self.backend = backend(model, tokenizer, device=device, **sleep)
         self.config = config.rollout
         self.judge_config = config.judge
         self.judges = [r.name for r in config.judge_rewards()]

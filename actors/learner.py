@@ -1,7 +1,9 @@
 """Policy learner actor: owns the policy, its optimizer, its frozen reference and its checkpoints, and
-hosts one or more objectives (actors/objectives/): policy_gradient (the RL step), preference,
-sft, laser_align, value. Each public training method hands its batch to the objective that owns it;
-versioned weights are published for the generators. See docs/learner.md."""
+hosts one or more objectives (actors/objectives/): policy_gradient (the RL step on the advantages
+the credit step wrote), preference, sft, and whatever a recipe's role spec adds (laser_align, value,
+rehearsal, self_judge), each built with its options as typed arguments. The RL step, the
+preference step and the SFT warm-up have methods here; a recipe reaches its own objectives' methods
+through `call_objective`. Versioned weights are published for the generators. See docs/learner.md."""
 
 from __future__ import annotations
 
@@ -18,16 +20,13 @@ from actors.trainable import Trainable, adamw
 REFERENCE_DIR = "reference"
 
 
-def default_objectives(config) -> list[str]:
-    """What a policy learner hosts when its role names none: every warm-up and loss a recipe may call,
-    and LaSeR's alignment where the config has a laser reward source."""
-    return ["policy_gradient", "preference", "sft"] + (["laser_align"] if config.laser_rewards() else [])
+DEFAULT_OBJECTIVES = ("policy_gradient", "preference", "sft")  # a role that names none: the RL step, the warm-ups
 
 
 class Learner(Trainable):
     def __init__(self, config, model_source: str | None = None, role: dict | None = None,
                  objectives: list | None = None, lr: float | None = None, reference: bool = True):
-        """`objectives`: names or `{"name": ..., **options}` entries (a role's kwargs); None: the default.
+        """`objectives`: names or `{"name": ..., **options}` entries (a role's kwargs); None: DEFAULT_OBJECTIVES.
         `lr`: the optimizer's learning rate (default algorithm.lr); `reference`: keep the frozen KL
         reference when algorithm.kl_coef > 0 (a critic does not need one)."""
         from actors import modeling
@@ -41,14 +40,15 @@ class Learner(Trainable):
         if model_source:
             self.model = modeling.load_model(model_source, attn=config.model.attn_implementation)
         self.model.to(self.device).train()
+        self._engine_setup()
         self.reference = None
         self.lr = lr or self.algo.lr
         self.wants_reference = reference and self.algo.kl_coef > 0
         if self.wants_reference:  # frozen copy of the starting policy (replaced on resume)
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False).to(self.frozen_dtype())
         self.skipped_steps = 0
         self._sft_optimizer = self._sft_lr = None
-        self.objectives = build(default_objectives(config) if objectives is None else objectives, self)
+        self.objectives = build(DEFAULT_OBJECTIVES if objectives is None else objectives, self)
         self.optimizer = self._new_optimizer(self.lr)
 
     def objective(self, name: str, method: str) -> Objective:
@@ -56,6 +56,19 @@ class Learner(Trainable):
             raise RuntimeError(f"learner method {method!r} needs the {name!r} objective, but this learner hosts "
                                f"{list(self.objectives)}; list it in the role's `objectives`")
         return self.objectives[name]
+
+    def call_objective(self, name: str, method: str, *args, **kwargs):
+        """A hosted objective's own public method (a recipe's: the critic's `values_of`, the
+        rehearsal's `set`, LaSeR's `align_steps`), so this class lists no recipe's methods. Through a
+        pool: `pool.call("call_objective", "value", "values_of", table)`."""
+        objective = self.objective(name, method)
+        fn = getattr(objective, method, None) if not method.startswith("_") else None
+        if not callable(fn) or method in vars(Objective):
+            public = sorted(m for m in dir(type(objective)) if not m.startswith("_") and m not in vars(Objective)
+                            and callable(getattr(objective, m)))
+            raise AttributeError(f"the {name!r} objective ({type(objective).__name__}) has no method {method!r} to "
+                                 f"call; its own methods: {public}")
+        return fn(*args, **kwargs)
 
     def trained_parameters(self) -> list[torch.nn.Parameter]:
         """The model's parameters, then those of the objectives' own modules (a value head)."""
@@ -110,7 +123,8 @@ class Learner(Trainable):
     # ---- the objectives' steps -------------------------------------------------------------------
     def train_step(self, *tables: pa.Table, dump_path: str | None = None) -> dict[str, float]:
         """RL: `algorithm.mini_batches` optimizer steps on the concatenated batches (one row per sampled
-        response). Returns metrics, with `version` the learner's version after the update."""
+        response, with the credit step's per-token `advantages`). Returns metrics, with `version` the
+        learner's version after the update."""
         return self.objective("policy_gradient", "train_step").train_step(*tables, dump_path=dump_path)
 
     @ray.method(num_returns=2)
@@ -120,34 +134,12 @@ class Learner(Trainable):
         metrics = self.train_step(*tables, dump_path=dump_path)
         return self.publish(), metrics
 
-    @ray.method(num_returns=2)
-    def train_step_returns(self, *tables: pa.Table, dump_path: str | None = None) -> tuple[pa.Table, dict]:
-        """`train_step` with GAE (recipe ppo), and the batch with its per-token `returns` for the critic."""
-        metrics = self.train_step(*tables, dump_path=dump_path)
-        return self.objectives["policy_gradient"].returns_table, metrics
-
-    @ray.method(num_returns=2)
-    def values_of(self, table: pa.Table) -> tuple[pa.Table, dict]:
-        """The critic's values of every response token (`old_values`), at its current version."""
-        return self.objective("value", "values_of").annotate(table), {"version": self.version}
-
-    def set_rehearsal(self, table: pa.Table) -> int:
-        """DPH-RL: the initial policy's samples (with their log-probs) the rehearsal objective uses."""
-        return self.objective("rehearsal", "set_rehearsal").set(table)
-
-    def rehearsal_size(self) -> int:
-        return self.objective("rehearsal", "rehearsal_size").size()
-
     def train_preference(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None,
                          nll_weight: float = 0.0) -> dict:
         """One optimizer step on preference pairs (prompt, chosen, rejected) with a loss from the
         registry (dpo, ipo, simpo), or `raft`: supervised fine-tuning on the chosen responses.
         `nll_weight` adds that times the chosen responses' NLL to a preference loss (RPO)."""
         return self.objective("preference", "train_preference").step(pairs, loss, params, nll_weight)
-
-    def train_values(self, table: pa.Table) -> dict[str, float]:
-        """One optimizer step of the value objective on per-token `returns` and `old_values`."""
-        return self.objective("value", "train_values").step(table)
 
     def sft_steps(self, batches: list[pa.Table], lr: float) -> float:
         """Several warm-up steps in one call (fewer round trips); returns the last loss. The warm-up
@@ -160,52 +152,23 @@ class Learner(Trainable):
     def sft_step(self, prompts: pa.Table, lr: float) -> dict[str, float]:
         """Token-mean cross-entropy on the reference answers (+ EOS) given the prompts."""
         sft = self.objective("sft", "sft_step")
-        self._warmup_optimizer(lr)
-        return sft.step(prompts, self._sft_optimizer)
+        return sft.step(prompts, self.warmup_optimizer(lr))
 
     def answer_accuracy(self, prompts: pa.Table) -> float:
         """The fraction of prompts whose reference answer + EOS greedy decoding would produce exactly
         (teacher-forced): a cheap lower bound on greedy accuracy the SFT warm-up watches."""
         return self.objective("sft", "answer_accuracy").answer_accuracy(prompts)
 
-    def laser_align_steps(self, batches: list[pa.Table], lr: float, nll_weight: float) -> dict[str, float]:
-        """LaSeR's self-verification warm-up: one optimizer step per batch of the policy's own
-        verifier-labelled samples (actors/objectives/laser_align.py)."""
-        from actors.runtime import torch_threads
-
-        laser = self.objective("laser_align", "laser_align_steps")
-        self._warmup_optimizer(lr)
-        with torch_threads(self.alone_threads):
-            return laser.align_steps(batches, self._sft_optimizer, nll_weight)
-
-    def _warmup_optimizer(self, lr: float) -> None:
-        """The warm-ups' own AdamW, kept across their calls at one learning rate."""
+    def warmup_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """The warm-ups' own AdamW (SFT, LaSeR's alignment), kept across their calls at one learning rate."""
         if self._sft_lr != lr:
             self._sft_optimizer = adamw(self.trained_parameters(), lr=lr)
             self._sft_lr = lr
+        return self._sft_optimizer
 
     def end_warmup(self) -> None:
         self._sft_optimizer = self._sft_lr = None
         self.reset_optimizer()
-
-    # ---- LaSeR's state, read by the probes and tests ----------------------------------------------
-    @property
-    def laser_c(self) -> float | None:
-        return self.objectives["laser_align"].c if "laser_align" in self.objectives else self.config.laser.c
-
-    @laser_c.setter
-    def laser_c(self, value: float | None) -> None:
-        self.objective("laser_align", "laser_c").c = value
-
-    @property
-    def laser_token(self) -> int:
-        return self.objective("laser_align", "laser_token").token
-
-    def _laser_class_weights(self, labels: torch.Tensor):
-        return self.objective("laser_align", "_laser_class_weights").class_weights(labels)
-
-    def _packed_answers(self, prompts: pa.Table) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.objective("sft", "_packed_answers").packed_answers(prompts)
 
 
 LearnerActor = ray.remote(Learner)

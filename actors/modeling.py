@@ -37,6 +37,21 @@ def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict:
     return {name: cache}
 
 
+def last_logits_kwargs(model: torch.nn.Module) -> dict:
+    """Ask forward for the last position's logits only (a prefill need not make [B, T, vocab] logits):
+    `logits_to_keep` since transformers 4.50 (`num_logits_to_keep` before); {} where neither exists."""
+    inner = getattr(model, "module", model)
+    name = _KEEP_KWARG.get(type(inner), "")
+    if name == "":
+        import inspect
+        params = inspect.signature(inner.forward).parameters
+        name = _KEEP_KWARG[type(inner)] = next((n for n in ("logits_to_keep", "num_logits_to_keep") if n in params), None)
+    return {name: 1} if name else {}
+
+
+_KEEP_KWARG: dict[type, str | None] = {}
+
+
 def output_cache(out: Any) -> Any:
     """The KV cache a forward with use_cache=True returned, under either name (cache_kwargs)."""
     cache = getattr(out, "cache", None)
@@ -44,6 +59,17 @@ def output_cache(out: Any) -> Any:
 
 
 _CACHE_KWARG: dict[type, str] = {}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def inference_dtype(setting: str, device: str | torch.device) -> torch.dtype:
+    """`model.dtype` of a copy that does not train (a generator, judge, frozen reference or reward
+    model) on `device`: auto is bfloat16 on a GPU (what every peer generates in), float32 on a CPU
+    (where bfloat16 matmuls are slow and the learner's log-probs match the generator's exactly)."""
+    if setting == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    return DTYPES[setting]
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:

@@ -32,8 +32,9 @@ class ImplicitPRM(Trainable):
         attn = config.model.attn_implementation
         self.model = modeling.load_model(model_source, attn=attn).to(self.device).train()
         self.tokenizer = modeling.load_tokenizer(model_source)
+        self._engine_setup()
         ref = modeling.load_model(reference_source, attn=attn) if reference_source else copy.deepcopy(self.model)
-        self.reference = ref.to(self.device).eval().requires_grad_(False)
+        self.reference = ref.to(self.device, self.frozen_dtype()).eval().requires_grad_(False)
         self.optimizer = adamw(self.model.parameters(), lr=self.prime.lr)
         self.micro = config.algorithm.micro_batch_size
 

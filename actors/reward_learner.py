@@ -30,6 +30,7 @@ class RewardLearner(Trainable):
         else:
             self.model, self.tokenizer = modeling.load_reward_model(model_source, seed=config.seed)
         self.model.to(self.device).train()
+        self._engine_setup()
         self.optimizer = adamw(self.model.parameters(), lr=self.rm.lr, weight_decay=self.rm.weight_decay)
         self.rng = np.random.default_rng([config.seed, 11])
         self.eval_pairs: pa.Table | None = None

@@ -17,7 +17,7 @@ import torch
 
 from actors import batch as B
 from actors.weight_transport import Endpoint, Link, node_ip
-from actors.weights import StaleReplicaError, load_state
+from actors.weights import StaleReplicaError, inference_copy, load_state
 
 
 def render(template: str, prompt: str, response: str, answer: str | None = None) -> str:
@@ -78,6 +78,7 @@ class RewardModel:
         self.scorers: dict[str, ScalarScorer] = {}
         for spec in config.model_rewards():
             model, tok = modeling.load_reward_model(sources[spec.name], seed=config.seed)
+            model = inference_copy(model, modeling.inference_dtype(config.model.dtype, self.device))
             self.scorers[spec.name] = ScalarScorer(model, tok, self.device)
         self.version = 0
         self.weights_endpoint = Endpoint()  # its membership of the reward-model channel's weight group

@@ -30,3 +30,12 @@ def torch_threads(threads: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def device_of(actor) -> str:
+    """The torch device an actor computes on: its own `device`, or its backend's (a generator's)."""
+    for holder in (actor, getattr(actor, "backend", None)):
+        device = getattr(holder, "device", None)
+        if isinstance(device, (str, torch.device)):
+            return str(device)
+    return "cpu"

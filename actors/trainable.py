@@ -71,6 +71,10 @@ class Trainable:
         self.config = config
         self.device = setup_torch(role.get("threads", 0) or config.train.threads, config.seed + seed_offset,
                                   want_gpu=role.get("num_gpus", 0) > 0)
+        # a learner that shares its GPU with other processes (a fraction of one) hands its cached
+        # memory back after each step, so a colocated generator can use it while the learner idles
+        share = role.get("num_gpus", 0)
+        self.shares_gpu = isinstance(share, (int, float)) and 0 < share < 1
         self.alone_threads = role["alone_threads"] if "alone_threads" in role else \
             (role.get("threads", 0) or config.train.threads)
         self.version = 0
@@ -95,11 +99,11 @@ class Trainable:
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if self.device.startswith("cuda") else "gloo")
         self.ranks.init(address, port, backend, cfg.timeout_s)
         on_gpu = self.device.startswith("cuda")
-        if self.ranks.is_main and not on_gpu and (cfg.mixed_precision or cfg.cpu_offload):
-            logging.getLogger("coevo").warning("learner.mixed_precision / cpu_offload apply to fsdp2 on GPU; "
-                                               "this learner is on CPU and trains in float32")
-        wrap = dict(device=self.device, mixed_precision=cfg.mixed_precision if on_gpu else None,
-                    cpu_offload=cfg.cpu_offload and on_gpu)
+        if self.ranks.is_main and not on_gpu and cfg.cpu_offload:
+            logging.getLogger("coevo").warning("learner.cpu_offload applies to fsdp2 on GPU; this learner is on CPU")
+        # fsdp2 on a GPU computes in the compute dtype (MixedPrecisionPolicy, fp32 gradient reduction)
+        low = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(getattr(self, "compute_dtype", torch.float32))
+        wrap = dict(device=self.device, mixed_precision=low if on_gpu else None, cpu_offload=cfg.cpu_offload and on_gpu)
         if self.ranks.sharded:
             import copy
             # a sharded holder for references frozen later (deep copies of a sharded model are not safe)
@@ -119,11 +123,17 @@ class Trainable:
         (one batched foreach pass)."""
         return self.ranks.clip_grads(self.trained_parameters(), max_norm)
 
+    def frozen_dtype(self) -> torch.dtype:
+        """The dtype of the frozen copies this learner keeps (its reference): model.dtype, bfloat16 on a
+        GPU by default; float32 under fsdp2, where the reference is sharded like the model."""
+        from actors.modeling import inference_dtype
+        return torch.float32 if self.ranks.sharded else inference_dtype(self.config.model.dtype, self.device)
+
     def frozen_copy(self) -> torch.nn.Module:
-        """The current weights as a frozen model (a reference), sharded like the model."""
+        """The current weights as a frozen model (a reference, in `frozen_dtype`), sharded like the model."""
         import copy
         if not self.ranks.sharded:
-            return copy.deepcopy(self.model).eval().requires_grad_(False)
+            return copy.deepcopy(self.model).eval().requires_grad_(False).to(self.frozen_dtype())
         self.ranks.load_full_state(self._reference_shell, self.ranks.full_state(self.model, everywhere=True))
         return self._reference_shell
 
@@ -245,7 +255,7 @@ class Trainable:
     def load_reference(self, path: str) -> None:
         from actors import modeling
         reference = modeling.load_model(path, attn=self.config.model.attn_implementation)
-        reference = reference.to(self.device).eval().requires_grad_(False)
+        reference = reference.to(self.device, self.frozen_dtype()).eval().requires_grad_(False)
         if self.ranks.sharded:
             self.ranks.load_full_state(self._reference_shell, reference.state_dict())
             reference = self._reference_shell
@@ -271,7 +281,16 @@ class Trainable:
         is shared by the group's responses: for GRPO's n samples per prompt that removes most of the
         prompt compute, forward and backward (gradients flow back through the shared cache).
         `after`: also return the logits that follow each response's last token (LaSeR), as a pair."""
+        with self.compute():
+            return self._response_logits_fp(model, ids, mask, positions, p_width, groups, after)
+
+    def _response_logits_fp(self, model, ids, mask, positions, p_width, groups=None, after: bool = False):
         dev = self.device
+        inner = getattr(model, "module", model)
+        flag = "is_activation_checkpointing" if hasattr(type(inner), "is_activation_checkpointing") \
+            else "is_gradient_checkpointing"
+        if model.training and getattr(inner, flag, False):
+            groups = None  # checkpointed layers keep no KV cache to share (transformers turns it off)
         last = mask[:, p_width:].sum(1) - 1  # each response's last token, within the response
         end = ids.shape[1] if after else -1  # with `after`, the last response token is fed in too
         if groups is None or len(groups) == 0:
@@ -295,6 +314,94 @@ class Trainable:
             return response[:, :ids.shape[1] - p_width]
         tail = response[torch.arange(len(ids), device=dev), (last + 1).to(dev)]
         return response[:, :ids.shape[1] - p_width], tail
+
+    # ---- the compute engine: precision, packing (docs/learner.md) ------------------------------------
+    def _engine_setup(self) -> None:
+        """Resolve `learner.precision` and `learner.packing` for this device, and turn on activation
+        checkpointing where asked. Call once the model is on its device."""
+        from actors.engine import resolve_packing, resolve_precision
+
+        cfg = self.config.learner
+        self.compute_dtype = resolve_precision(cfg.precision, self.device)
+        self.packing = resolve_packing(cfg.packing, self.device, self.compute_dtype)
+        if cfg.gradient_checkpointing:  # transformers >= 5.20 renamed it activation checkpointing
+            if hasattr(self.model, "activation_checkpointing_enable"):
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def compute(self):
+        """The context of every forward pass: autocast to the compute dtype (fp32 master weights, fp32
+        optimizer state), or nothing in fp32."""
+        dtype = getattr(self, "compute_dtype", torch.float32)
+        if dtype == torch.float32:
+            return contextlib.nullcontext()
+        # no cast cache: with activation checkpointing a recomputed layer would find its weights'
+        # casts cached and save fewer tensors than its first forward did (torch's CheckpointError)
+        return torch.autocast(torch.device(self.device).type, dtype=dtype, cache_enabled=False)
+
+    def release_cached_memory(self) -> None:
+        """After a step, where the GPU is shared: return the allocator's cached blocks to the GPU."""
+        if self.shares_gpu and str(self.device).startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    def reset_peak_memory(self) -> None:
+        if str(self.device).startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def perf_metrics(self, tokens: float, sum_sq: float, seconds: float) -> dict[str, float]:
+        """Speed of a step that trained on `tokens` tokens (all ranks) in sequences whose squared
+        lengths sum to `sum_sq`, in `seconds`: tokens/s, achieved TFLOP/s, MFU where the device's peak
+        is known, peak GPU memory (docs/learner.md#speed-metrics)."""
+        from actors.engine import model_shape, peak_flops, train_flops
+
+        if not hasattr(self, "_shape"):
+            self._shape = model_shape(self.model)
+        seconds = max(seconds, 1e-9)
+        flops = train_flops(self._shape, tokens, sum_sq) / seconds
+        out = {"perf/learner_tokens_per_s": tokens / seconds, "perf/learner_tflops": flops / 1e12}
+        peak = peak_flops(self.device, getattr(self, "compute_dtype", torch.float32), self.config.learner.peak_tflops)
+        if peak:
+            out["perf/mfu"] = flops / (peak * self.ranks.world_size)
+        if str(self.device).startswith("cuda"):
+            out["perf/peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        return out
+
+    def plan_micro_batches(self, rows: torch.Tensor, d: dict) -> list[torch.Tensor]:
+        """`rows` of the step's tensors `d` cut into micro-batches (actors.packing): by real tokens,
+        longest first, where rows are packed; in order, by padded tokens, where they are padded."""
+        from actors.packing import packed_micro_batches, padded_micro_batches
+
+        algo = self.config.algorithm
+        r_len = d["r_mask"].sum(1)
+        if getattr(self, "packing", False):
+            p_len = d["mask"][:, :d["p_width"]].sum(1)
+            return packed_micro_batches(rows, p_len + r_len, algo.micro_batch_tokens, algo.micro_batch_size)
+        return padded_micro_batches(rows, r_len, d["p_width"], algo.micro_batch_tokens, algo.micro_batch_size)
+
+    def _packed_stats(self, model, d: dict, mb: torch.Tensor, entropy: bool = False, tail: bool = False,
+                      sampling: dict | None = None) -> dict:
+        """One padding-free forward of rows `mb` of the step's tensors `d` (actors.packing): their
+        response tokens' log-probs [n, R] under the sampling distribution, with `entropy` its entropy
+        [n, R], with `tail` the logits after each row's last token [n, V]; `tokens` and `sq` (the
+        sum of squared row lengths) for the step's FLOP count."""
+        from actors import attention
+        from actors.packing import pack
+        from actors.token_head import TokenHead, installed
+
+        p = pack(d["ids"][mb], d["mask"][mb], d["r_mask"][mb], d["r_ids"][mb], d["p_width"]).to(self.device)
+        inner = getattr(model, "module", model)
+        head = TokenHead(inner.get_output_embeddings(), p.at, p.targets, p.tail if tail else None,
+                         entropy=entropy, **(self.sampling if sampling is None else sampling))
+        with attention.packed(model), installed(model, head), self.compute():
+            model(input_ids=p.input_ids, position_ids=p.position_ids, use_cache=False, cu_seq_lens_q=p.cu_seqlens,
+                  cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_len, max_length_k=p.max_len)
+        out = {"logp": p.unpack(head.logp), "tokens": p.tokens, "sq": float((p.seq_lengths.double() ** 2).sum())}
+        if entropy:
+            out["entropy"] = p.unpack(head.entropy)
+        if tail:
+            out["tail"] = head.tail
+        return out
 
     def _token_logprobs(self, model, ids, mask, positions, r_ids, p_width, temperature: float = 1.0,
                         top_k: int = 0, top_p: float = 1.0, groups=None) -> torch.Tensor:

@@ -30,14 +30,28 @@ def export_state(model: torch.nn.Module | dict, version: int) -> dict:
     return {"version": int(version), "state": {k: v.detach().cpu().numpy() for k, v in state.items()}}
 
 
+CASTS_UPDATES = "coevo_casts_updates"  # set on a copy that holds the model in a dtype of its own
+
+
+def inference_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model` as a copy that does not train, in `dtype` (model.dtype). A learner publishes its
+    float32 master weights: a copy in another dtype takes them cast as they load (the check below
+    accepts a floating-point tensor for a floating-point one), in one pass, all or nothing."""
+    model = model.to(dtype)
+    setattr(model, CASTS_UPDATES, dtype != torch.float32)
+    return model
+
+
 def _torch_dtype(dtype) -> torch.dtype:
     return dtype if isinstance(dtype, torch.dtype) else torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 def check_state(model: torch.nn.Module, state: dict, where: str = "model") -> None:
     """Raise WeightMismatchError naming every missing, unexpected or mis-shaped/typed tensor
-    (`state`: numpy arrays or torch tensors)."""
+    (`state`: numpy arrays or torch tensors). A copy in a dtype of its own (`inference_copy`) takes
+    floating-point tensors of another floating-point dtype, cast as they load."""
     own = model.state_dict()
+    casts = getattr(model, CASTS_UPDATES, False)
     problems = []
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -49,7 +63,8 @@ def check_state(model: torch.nn.Module, state: dict, where: str = "model") -> No
         mine, theirs = own[name], state[name]
         if tuple(mine.shape) != tuple(theirs.shape):
             problems.append(f"{name}: shape {tuple(theirs.shape)} != {tuple(mine.shape)}")
-        elif _torch_dtype(theirs.dtype) != mine.dtype:
+        elif _torch_dtype(theirs.dtype) != mine.dtype and not (
+                casts and _torch_dtype(theirs.dtype).is_floating_point and mine.dtype.is_floating_point):
             problems.append(f"{name}: dtype {theirs.dtype} != {mine.dtype}")
         if len(problems) > 8:
             break
@@ -58,14 +73,24 @@ def check_state(model: torch.nn.Module, state: dict, where: str = "model") -> No
                                   + " (nothing was loaded)")
 
 
+def payload_state(payload: dict) -> dict:
+    """The tensors of a published payload: numpy arrays from the object store, or views of a buffer
+    on this GPU that a colocated learner exported (`{"ipc": ...}`, actors.weight_ipc)."""
+    if "ipc" in payload:
+        from actors.weight_ipc import tensors
+        return tensors(payload["ipc"])
+    return payload["state"]
+
+
 def load_state(model: torch.nn.Module, payload: dict, version: int, where: str = "model") -> None:
-    """Check, then copy every tensor of a published payload into `model`."""
+    """Check, then copy every tensor of a published payload into `model` (cast to its dtype where it
+    is an `inference_copy`)."""
     if payload.get("version") != version:
         raise WeightMismatchError(f"weight update for the {where} says version {payload.get('version')} "
                                   f"but was sent as version {version}")
-    state = payload["state"]
+    state = payload_state(payload)
     check_state(model, state, where)
     with warnings.catch_warnings():  # object-store arrays are read-only; load_state_dict copies
         warnings.simplefilter("ignore", UserWarning)
-        tensors = {k: torch.from_numpy(v) for k, v in state.items()}
+        tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in state.items()}
     model.load_state_dict(tensors, strict=True)

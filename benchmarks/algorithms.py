@@ -12,14 +12,15 @@ greedy held-out accuracy every 5 steps. Runs are interleaved: for seed in seeds,
     python benchmarks/algorithms.py                                  # all methods, seeds 0-2, 150 steps
     python benchmarks/algorithms.py --seeds 0 --steps 10 --label smoke
     python benchmarks/algorithms.py --methods grpo dapo -- algorithm.lr=2e-4   # extra overrides last
-    python benchmarks/algorithms.py --render benchmarks/results/algorithms_a.json algorithms_b.json
+    python benchmarks/algorithms.py --render benchmarks/results/raw/algorithms_a.json algorithms_b.json
 
 Per run: steps and wall time (first step's start to the end of that evaluation) to the first held-out
 accuracy >= 0.8, the best accuracy, the final entropy estimate (`train/neg_logprob`: the sampled tokens'
 mean negative log-prob, mean of the last 5 steps), the diversity (`samples/distinct_per_group`: distinct
 responses among a prompt's 8 samples, mean of the last 5 steps) and the wall time. The raw results are
-rewritten to benchmarks/results/algorithms<label>.json after every run (a partial run is kept); the
-markdown table (medians and ranges over seeds) goes to stdout.
+rewritten to benchmarks/results/raw/algorithms<label>.json after every run (a partial run is kept); the
+markdown table (medians and ranges over seeds) goes to stdout and, with the protocol, to the summary
+benchmarks/results/algorithms.md (summary.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import RESULTS, coevo_command, export_splits, read_jsonl, run_logged, warm_checkpoint  # noqa: E402
+from runs import coevo_command, export_splits, read_jsonl, run_logged, warm_checkpoint  # noqa: E402
+from summary import raw_path, write as write_summary  # noqa: E402
 from vs_trl import EVAL_EVERY, coevo_overrides, coevo_source, machine_info  # noqa: E402
 
 TARGET = 0.8
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="coevo-algorithms-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"algorithms{args.label}.json"
+    out = raw_path(f"algorithms{args.label}.json")
     warm, warm_info = warm_checkpoint(args.warm, work)
     train, eval_, data_info = export_splits(work)
     shared = [*coevo_overrides(warm, train, eval_, args.steps, TARGET), "train.stop_at_accuracy=null"]
@@ -205,7 +207,6 @@ def main(argv: list[str] | None = None) -> int:
                            "shared_overrides": shared, "extra_overrides": args.overrides},
               "warm_checkpoint": str(warm), "warm_info": warm_info, "data": data_info,
               "machine": machine_info(), "coevo_source": coevo_source(), "runs": []}
-    out.parent.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
         for method in args.methods:
             r = run_method(method, seed, args, shared, work)
@@ -219,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"to {TARGET}: {r['steps_to_target']} steps  {r['train_wall_s']:.0f}s  "
                       f"load {r['load_1min_mean']}", file=sys.stderr, flush=True)
     print(report["table_markdown"])
-    print(f"\nraw results: {out}", file=sys.stderr)
+    summary = write_summary("algorithms", out.stem, report["table_markdown"], raw=[out], protocol=(
+        f"{args.steps} steps, seeds {args.seeds}, target {TARGET}, warm start {warm_info.get('warmup/accuracy', float('nan')):.3f} "
+        f"held-out accuracy; extra overrides {args.overrides or 'none'}"))
+    print(f"\nraw results: {out}\nsummary: {summary}", file=sys.stderr)
     return 0 if all("error" not in r for r in report["runs"]) else 1
 
 

@@ -11,7 +11,7 @@ controlled times) in-process, with `Pool.call` wrapped to time each call; no cha
 
 Prints one line per method (median over steps, first 3 steps skipped) and the step's split; then the
 same gap for a bare Ray actor method that only sleeps (no coevo code), the floor of any call here;
-writes benchmarks/results/call_overhead[_<label>].json.
+writes benchmarks/results/raw/call_overhead[_<label>].json and the summary benchmarks/results/call_overhead.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from summary import raw_path, write as write_summary  # noqa: E402
+
 SKIP = 3
+
+
+def table(result: dict) -> str:
+    """The summary's tables from a results file: per method, the step's split, the bare Ray floor."""
+    ms = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    lines = ["| method | calls | wall ms | wall - busy ms |", "|---|---:|---:|---:|",
+             *(f"| {name} | {m['calls']} | {ms(m['wall_ms'])} | {ms(m['transport_ms'])} |"
+               for name, m in sorted(result["methods"].items())),
+             "", "The step, ms (medians):", "",
+             "| " + " | ".join(k.removeprefix("time/").removesuffix("_s").removesuffix("_ms") for k in result["step"]) + " |",
+             "|" + "---:|" * len(result["step"]), "| " + " | ".join(f"{v:.1f}" for v in result["step"].values()) + " |",
+             "", "| bare Ray call: method works (s) | wall - busy ms |", "|---:|---:|",
+             *(f"| {k} | {v:.2f} |" for k, v in result["bare_ray_gap_ms"].items())]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -52,8 +68,8 @@ def main() -> None:
     async def timed_call(self, method, *a, **kw):
         start = time.perf_counter()
         out = await call(self, method, *a, **kw)
-        busy = out[1].get("busy_s") if isinstance(out, tuple) and isinstance(out[1], dict) else \
-            out.get("time/learner_s") if isinstance(out, dict) else None
+        info = out[1] if isinstance(out, tuple) and isinstance(out[1], dict) else out if isinstance(out, dict) else {}
+        busy = info.get("busy_s", info.get("time/learner_s"))  # train_step_published: (weights, metrics)
         calls[f"{self.name}.{method}"].append((time.perf_counter() - start, busy))
         return out
 
@@ -75,7 +91,7 @@ def main() -> None:
         rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()][SKIP:]
         shutil.rmtree(out, ignore_errors=True)
     result = {"args": vars(args), "methods": {}, "step": {}}
-    print(f"\n| method | calls | wall ms | wall - busy ms |\n|---|---:|---:|---:|")
+    print("\n| method | calls | wall ms | wall - busy ms |\n|---|---:|---:|---:|")
     for name, values in sorted(calls.items()):
         values = values[SKIP:] if len(values) > 2 * SKIP else values
         wall = statistics.median(w for w, _ in values)
@@ -92,9 +108,12 @@ def main() -> None:
     result["bare_ray_gap_ms"] = bare_ray_gaps()
     print("bare Ray call, wall - busy (ms), by how long the method works: " +
           ", ".join(f"{k} s: {v:.2f}" for k, v in result["bare_ray_gap_ms"].items()))
-    path = ROOT / "benchmarks" / "results" / f"call_overhead{args.label and '_' + args.label}.json"
+    path = raw_path(f"call_overhead{args.label and '_' + args.label}.json")
     path.write_text(json.dumps(result, indent=1))
-    print(f"raw results: {path}")
+    summary = write_summary("call_overhead", path.stem, table(result), raw=[path], protocol=(
+        f"synthetic on-policy step, {args.steps} steps, generation {args.gen_s} s, training {args.train_s} s, "
+        f"first {SKIP} steps skipped"))
+    print(f"raw results: {path}\nsummary: {summary}")
 
 
 def bare_ray_gaps(repeats: int = 15) -> dict[str, float]:

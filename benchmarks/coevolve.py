@@ -5,8 +5,9 @@
     python benchmarks/coevolve.py prime     # PRIME vs outcome-only GRPO (RLOO), equal steps, seeds 0-2
 
 Each experiment runs `coevo run` as a subprocess (embedded Ray, this machine's CPUs), reads the run's
-metrics.jsonl and writes raw numbers to benchmarks/results/coevolve_<experiment>.json, a plot to
-benchmarks/results/coevolve_<experiment>.png, and a markdown table to stdout. Extra `key=value`
+metrics.jsonl and writes raw numbers to benchmarks/results/raw/coevolve_<experiment>.json, a plot to
+benchmarks/results/raw/coevolve_hacking.png, and a markdown table to stdout and to the summary
+benchmarks/results/coevolve.md. Extra `key=value`
 overrides after the experiment go to every run (options first:
 `coevolve.py --label _dr hacking algorithm.advantage=dr_grpo`). Held-out accuracy is always the verifier's greedy accuracy on
 the held-out prompts, which no run trains on.
@@ -26,7 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from summary import raw_path, write as write_summary  # noqa: E402
+
 COEVO = [str(Path(sys.executable).parent / "coevo")]
 
 
@@ -80,6 +83,56 @@ def median_range(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
+def seed_of(run: dict) -> int | None:
+    return next((int(o.split("=", 1)[1]) for o in run.get("overrides", []) if o.startswith("seed=")), None)
+
+
+def table_rm(result: dict) -> str:
+    acc = evals(result["reward_model"]["rows"], "eval/pair_accuracy")
+    lines = ["### Bradley-Terry reward model on verifier-labelled pairs", "",
+             "| step | held-out pair accuracy |", "|---:|---:|", *(f"| {step} | {a:.3f} |" for step, _, a in acc),
+             "", "### GRPO with the reward model as the only reward", "",
+             "| seed | warm-start accuracy | final accuracy | best | reward (rm) first -> last |", "|---:|---:|---:|---:|---:|"]
+    for r in result["grpo_with_rm"]:
+        e = evals(r["rows"])
+        lines.append(f"| {seed_of(r)} | {r['summary'].get('warmup/accuracy', float('nan')):.3f} | {e[-1][2]:.3f} | "
+                     f"{max(a for _, _, a in e):.3f} | "
+                     f"{r['rows'][0]['reward/rm/mean']:.3f} -> {r['rows'][-1]['reward/rm/mean']:.3f} |")
+    return "\n".join(lines)
+
+
+def table_hacking(runs: dict) -> str:
+    lines = ["### Frozen versus co-evolving reward model (same start, same seeds)", "",
+             "| run | seed | held-out acc start | held-out acc end | best | rm reward first -> last |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name in runs:
+        for r in runs[name]:
+            e = evals(r["rows"])
+            rm = [x["reward/rm/mean"] for x in r["rows"] if x.get("reward/rm/mean") is not None]
+            lines.append(f"| {name} | {seed_of(r)} | {r['summary'].get('warmup/accuracy', e[0][2]):.3f} | {e[-1][2]:.3f} | "
+                         f"{max(a for _, _, a in e):.3f} | {rm[0]:.3f} -> {rm[-1]:.3f} |")
+    lines.append("")
+    lines += [f"- {name}: final held-out accuracy, median (range): "
+              f"{median_range([evals(r['rows'])[-1][2] for r in runs[name]])}" for name in runs]
+    return "\n".join(lines)
+
+
+def table_prime(runs: dict) -> str:
+    lines = ["### PRIME versus outcome-only GRPO (RLOO advantages), equal steps", "",
+             "| run | seed | final acc | RL wall s | s / step | acc at the other's wall time |", "|---|---:|---:|---:|---:|---:|"]
+    for g, p in zip(runs["grpo_rloo"], runs["prime"]):
+        for name, r, other in (("grpo_rloo", g, p), ("prime", p, g)):
+            e = evals(r["rows"])
+            t_other = evals(other["rows"])[-1][1]
+            at = [a for _, t, a in e if t <= t_other]
+            lines.append(f"| {name} | {seed_of(r)} | {e[-1][2]:.3f} | {r['summary']['time/train_s']:.1f} | "
+                         f"{r['summary']['time/train_s'] / len(r['rows']):.3f} | {at[-1] if at else float('nan'):.3f} |")
+    return "\n".join(lines)
+
+
+TABLES = {"rm": table_rm, "hacking": table_hacking, "prime": table_prime}
+
+
 # ---- experiments -------------------------------------------------------------------------------------
 def exp_rm(args, work: Path) -> dict:
     """A reward model from verifier-labelled pairs of the warm policy's samples; then GRPO whose only
@@ -100,19 +153,9 @@ def exp_rm(args, work: Path) -> dict:
             "verifier.accuracy_source=correct", "algorithm.advantage=grpo", "train.stop_at_accuracy=null",
             f"train.max_steps={args.steps}",
             f"seed={seed}", *args.extra, *args.grpo.split()], work / f"grpo_rm_{seed}", work / f"grpo_rm_{seed}.log"))
-    acc = [evals(r["rows"], "eval/pair_accuracy") for r in [rm]][0]
-    print("\n### Bradley-Terry reward model on verifier-labelled pairs\n")
-    print("| step | held-out pair accuracy |\n|---:|---:|")
-    for step, _, a in acc:
-        print(f"| {step} | {a:.3f} |")
-    print("\n### GRPO with the reward model as the only reward\n")
-    print("| seed | warm-start accuracy | final accuracy | best | reward (rm) first -> last |\n|---:|---:|---:|---:|---:|")
-    for seed, r in zip(args.seeds, runs):
-        e = evals(r["rows"])
-        print(f"| {seed} | {r['summary'].get('warmup/accuracy', float('nan')):.3f} | {e[-1][2]:.3f} | "
-              f"{max(a for _, _, a in e):.3f} | "
-              f"{r['rows'][0]['reward/rm/mean']:.3f} -> {r['rows'][-1]['reward/rm/mean']:.3f} |")
-    return {"reward_model": rm, "grpo_with_rm": runs}
+    result = {"reward_model": rm, "grpo_with_rm": runs}
+    print(table_rm(result))
+    return result
 
 
 def exp_hacking(args, work: Path) -> dict:
@@ -123,19 +166,8 @@ def exp_hacking(args, work: Path) -> dict:
         for name, recipe in (("frozen", "grpo"), ("cooper", "cooper")):
             runs[name].append(coevo("cooper", [f"recipe={recipe}", f"seed={seed}", f"train.max_steps={args.steps}",
                                                *args.extra], work / f"{name}_{seed}", work / f"{name}_{seed}.log"))
-    print("\n### Frozen versus co-evolving reward model (same start, same seeds)\n")
-    print("| run | seed | held-out acc start | held-out acc end | best | rm reward first -> last |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name in runs:
-        for seed, r in zip(args.seeds, runs[name]):
-            e = evals(r["rows"])
-            rm = [x["reward/rm/mean"] for x in r["rows"] if x.get("reward/rm/mean") is not None]
-            print(f"| {name} | {seed} | {r['summary'].get('warmup/accuracy', e[0][2]):.3f} | {e[-1][2]:.3f} | "
-                  f"{max(a for _, _, a in e):.3f} | {rm[0]:.3f} -> {rm[-1]:.3f} |")
-    for name in runs:
-        print(f"- {name}: final held-out accuracy, median (range): "
-              f"{median_range([evals(r['rows'])[-1][2] for r in runs[name]])}")
-    plot_hacking(runs, RESULTS / f"coevolve_hacking{args.label}.png")
+    print(table_hacking(runs))
+    plot_hacking(runs, raw_path(f"coevolve_hacking{args.label}.png"))
     return runs
 
 
@@ -180,17 +212,7 @@ def exp_prime(args, work: Path) -> dict:
         runs["grpo_rloo"].append(coevo("grpo_addition", ["algorithm.advantage=rloo", *common],
                                        work / f"grpo_{seed}", work / f"grpo_{seed}.log"))
         runs["prime"].append(coevo("prime", common, work / f"prime_{seed}", work / f"prime_{seed}.log"))
-    print("\n### PRIME versus outcome-only GRPO (RLOO advantages), equal steps\n")
-    print("| run | seed | final acc | RL wall s | s / step | acc at the other's wall time |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for seed_i, seed in enumerate(args.seeds):
-        g, p = runs["grpo_rloo"][seed_i], runs["prime"][seed_i]
-        for name, r, other in (("grpo_rloo", g, p), ("prime", p, g)):
-            e = evals(r["rows"])
-            t_other = evals(other["rows"])[-1][1]
-            at = [a for _, t, a in e if t <= t_other]
-            print(f"| {name} | {seed} | {e[-1][2]:.3f} | {r['summary']['time/train_s']:.1f} | "
-                  f"{r['summary']['time/train_s'] / len(r['rows']):.3f} | {at[-1] if at else float('nan'):.3f} |")
+    print(table_prime(runs))
     return runs
 
 
@@ -205,15 +227,16 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="coevolve-") as tmp:
         work = Path(tmp)
         result = {"rm": exp_rm, "hacking": exp_hacking, "prime": exp_prime}[args.experiment](args, work)
     meta = {"machine": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
             "python": platform.python_version(), "argv": sys.argv[1:]}
-    path = RESULTS / f"coevolve_{args.experiment}{args.label}.json"
+    path = raw_path(f"coevolve_{args.experiment}{args.label}.json")
     path.write_text(json.dumps({"meta": meta, "result": result}, indent=1, default=str))
-    print(f"\nraw results: {path}")
+    summary = write_summary("coevolve", path.stem, TABLES[args.experiment](result), raw=[path],
+                            protocol=f"seeds {args.seeds}, {args.steps} RL steps; overrides {args.extra or 'none'}")
+    print(f"\nraw results: {path}\nsummary: {summary}")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,13 @@ For each seed, a cold run (empty warm-up cache: Ray start, SFT warm-up, GRPO) of
 through benchmarks/learning_curve.py's `run_once`, which also samples the run's memory and the
 machine's load. Records per seed the warm start's held-out greedy accuracy (where the SFT warm-up
 stopped, the accuracy GRPO starts from), the end's, the lift, GRPO and warm-up steps, and wall time;
-prints a table with median and range and writes benchmarks/results/default_job[_<label>].json.
+prints a table with median and range and writes benchmarks/results/raw/default_job[_<label>].json and
+its section of the summary benchmarks/results/default_job.md.
 
     python benchmarks/default_job.py                                   # the default, seeds 0-2
     python benchmarks/default_job.py --setting lr3e-4="algorithm.lr=3e-4" --setting now=""
     python benchmarks/default_job.py --seeds 0 -- train.stop_at_accuracy=null train.max_steps=200
-    python benchmarks/default_job.py --merge results/default_job_seed1.json results/default_job_seed2.json
+    python benchmarks/default_job.py --merge results/raw/default_job_seed1.json results/raw/default_job_seed2.json
 
 With several `--setting NAME="OVERRIDES"`, the runs are interleaved (for each seed, every setting),
 so that a change of the machine's load hits all settings alike. Overrides after `--` apply to all.
@@ -26,7 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_curve import RESULTS, machine_info, run_once  # noqa: E402
+from learning_curve import machine_info, run_once  # noqa: E402
+from summary import raw_path, write as write_summary  # noqa: E402
 
 LIFT = 0.15  # the least held-out gain over the warm start that shows RL doing the work
 
@@ -72,10 +74,12 @@ def table(rows: list[dict]) -> str:
 
 
 def write(label: str | None, report: dict) -> Path:
-    out = RESULTS / (f"default_job_{label}.json" if label else "default_job.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = raw_path(f"default_job_{label}.json" if label else "default_job.json")
     out.write_text(json.dumps(report, indent=1, default=str))
-    print(f"\nwrote {out}", file=sys.stderr)
+    summary = write_summary("default_job", out.stem, report["table_markdown"], raw=[out], protocol=(
+        f"cold `coevo run` per seed (empty warm-up cache); settings {report.get('settings', 'merged')}, "
+        f"overrides {report.get('overrides') or 'none'}"))
+    print(f"\nwrote {out} and {summary}", file=sys.stderr)
     return out
 
 

@@ -19,7 +19,8 @@ Learner tokens/s = response tokens trained per second of `train_step` wall time.
     python benchmarks/learner_throughput.py --part ranks --steps 3
     python benchmarks/learner_throughput.py --device cuda --preset 0.5b --strategy fsdp2 --ranks 8 --mixed-precision bf16
 
-Writes benchmarks/results/learner_throughput[_<label>].json.
+Writes benchmarks/results/raw/learner_throughput[_<label>].json and its section of the summary
+benchmarks/results/learner_throughput.md.
 """
 
 from __future__ import annotations
@@ -41,11 +42,14 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "benchmarks"))  # summary.py
 
 from actors import batch as B  # noqa: E402
 from actors.distributed import Ranks, free_port  # noqa: E402
 from actors.modeling import cache_kwargs, output_cache  # noqa: E402
 from orchestrator.config import validate_config  # noqa: E402
+from orchestrator.credit import Credit  # noqa: E402
+from summary import raw_path, write as write_summary  # noqa: E402
 
 # random-init Qwen2 shapes (the char tokenizer's ~100-token vocabulary, tied embeddings)
 PRESETS = {
@@ -169,6 +173,7 @@ def part_overhead(args) -> dict:
                                   weight_decay=config.algorithm.weight_decay)
         vocab = len(learner.tokenizer)
         table = synthetic_table(learner.model, seed, args.prompts, args.samples, vocab, learner.device)
+        table, _ = Credit(config).apply(table)  # the loop's credit step (on the driver): the advantages
         t = tensors(table, args.samples)
         n_tokens = int(t["r_len"].sum())
         times = {v: [] for v in variants}
@@ -265,6 +270,7 @@ def part_ranks(args) -> dict:
             config = validate_config(cfg)
             model, tok = modeling.build(config.model, seed)
             table = synthetic_table(model.to(args.device), seed, args.prompts, args.samples, len(tok), args.device)
+            table, _ = Credit(config).apply(table)  # the loop's credit step (on the driver): the advantages
             del model
             if args.device == "cuda":
                 torch.cuda.empty_cache()  # the ranks need the memory
@@ -345,11 +351,39 @@ def main() -> None:
                 s["mfu"] = flops * s["median"]
         for layout, s in out.get("ranks", {}).get("summary", {}).items():
             s["mfu"] = flops * s["tokens_per_s"]["median"] / int(layout.split("x")[0])
-    name = "learner_throughput" + (f"_{args.label}" if args.label else "") + ".json"
-    path = ROOT / "benchmarks" / "results" / name
+    path = raw_path("learner_throughput" + (f"_{args.label}" if args.label else "") + ".json")
     path.write_text(json.dumps(out, indent=1))
+    summary = write_summary("learner_throughput", path.stem, table(out), raw=[path], protocol=(
+        f"preset {args.preset} ({out['model_params'] / 1e6:.3g}M params), {args.prompts} prompts x {args.samples} samples, "
+        f"micro-batch {args.micro_batch}, {args.warmup} untimed + {args.steps} timed steps, seeds {args.seeds}, "
+        f"{args.threads} threads (1 rank), {args.ranks} ranks ({args.strategy}), {args.device}"))
     print(json.dumps({k: v["summary"] for k, v in out.items() if isinstance(v, dict) and "summary" in v}, indent=1))
-    print(f"load after {out['load_after']}; wrote {path}")
+    print(f"load after {out['load_after']}; wrote {path} and {summary}")
+
+
+def table(out: dict) -> str:
+    """The summary's tables from a results file: per seed, then the median (range) over seeds."""
+    lines, f = [], lambda s, fmt="{:.0f}": f"{fmt.format(s['median'])} ({fmt.format(s['min'])}-{fmt.format(s['max'])})"  # noqa: E731
+    if "overhead" in out:
+        variants = list(out["overhead"]["runs"][0]["tokens_per_s"])
+        lines += ["| seed | load (1 min) | " + " | ".join(f"{v} tok/s" for v in variants) +
+                  " | coevo / bare | paired steps | CPU time |", "|---:" * (5 + len(variants)) + "|"]
+        for r in out["overhead"]["runs"]:
+            load = f"{r['load']:.1f}" if "load" in r else "-"
+            lines.append(f"| {r['seed']} | {load} | " +
+                         " | ".join(f"{r['tokens_per_s'][v]:.0f}" for v in variants) +
+                         f" | {r['ratio_coevo_bare']:.3f} | {r['paired_ratio']:.3f} | {r['cpu_ratio']:.3f} |")
+        s = out["overhead"]["summary"]
+        lines.append("| median (range) | | " + " | ".join(f(s[v]) for v in variants) + " | " +
+                     " | ".join(f(s[k], "{:.3f}") for k in ("ratio_coevo_bare", "paired_ratio", "cpu_ratio")) + " |")
+        lines += [f"- {v}: MFU {s[v]['mfu']:.1%}" for v in variants if "mfu" in s[v]]
+    if "ranks" in out:
+        lines += ["", "| seed | layout (ranks x threads) | tok/s | step s | all-reduce ms/update | load (1 min) |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['seed']} | {r['layout']} | {r['tokens_per_s']:.0f} | {statistics.median(r['step_s']):.2f} | "
+                  f"{1e3 * r['allreduce_median_s']:.1f} | {r['load']:.1f} |" for r in out["ranks"]["runs"]]
+        lines += [f"- {n}: MFU {s['mfu']:.1%}" for n, s in out["ranks"]["summary"].items() if "mfu" in s]
+    return "\n".join(lines)
 
 
 def machine(device: str) -> str:

@@ -19,7 +19,8 @@ machine mapping the same files (another Ray run, a test), which lowers this run'
 USS (private pages only) and RSS (shared pages counted in every process) are recorded as bounds.
 
 Prints a markdown table (one row per repeat, then min/median/max) and writes the raw numbers,
-the per-step learning curve and machine info to benchmarks/results/learning_curve_<label>.json.
+the per-step learning curve and machine info to benchmarks/results/raw/learning_curve_<label>.json, and
+the table to its section of the summary benchmarks/results/learning_curve.md.
 Timings share the machine with whatever else runs on it: each repeat records the load average and
 how much of the machine's CPU time went to other processes while it ran.
 """
@@ -44,7 +45,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from summary import raw_path, write as write_summary  # noqa: E402
+
 TARGET = 0.8
 GIB = 1024 ** 3
 
@@ -406,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exact-pss", action="store_true",
                    help="read every process's PSS at every sample (costs ~20%% of a core here)")
     p.add_argument("--label", help="results file suffix (default: <cpus>cpu-<ram>gib)")
-    p.add_argument("--out", type=Path, help="results JSON path (default: benchmarks/results/learning_curve_<label>.json)")
+    p.add_argument("--out", type=Path, help="results JSON path (default: benchmarks/results/raw/learning_curve_<label>.json)")
     p.add_argument("--keep", type=Path, help="copy each run directory and log here")
     p.add_argument("--timeout", type=float, default=1800, help="per-repeat limit, seconds")
     p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
@@ -418,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine_info()
     label = args.label or f"{info['cpu_count_logical']}cpu-{round(info['ram_gib'])}gib"
-    out = args.out or RESULTS / f"learning_curve_{label}.json"
+    out = args.out or raw_path(f"learning_curve_{label}.json")
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     results = []
@@ -448,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
               "runs": results}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
-    print(f"\nwrote {out}", file=sys.stderr)
+    summary = write_summary("learning_curve", out.stem, md, raw=[out], protocol=(
+        f"cold `coevo run` to held-out accuracy {TARGET}, {args.repeats} repeat(s); overrides {args.overrides or 'none'}"))
+    print(f"\nwrote {out} and {summary}", file=sys.stderr)
     return 0 if ok and all(r.get("reached_target") for r in results) else 1
 
 

@@ -25,9 +25,10 @@ Measured per run, over the steps after `--skip` warm-up steps:
 
     python benchmarks/orchestration_scaling.py                       # 1..32 replicas, seeds 0-2 (collective: seed 0)
     python benchmarks/orchestration_scaling.py --replicas 1 32 --seeds 0 --steps 8
-    python benchmarks/orchestration_scaling.py --table benchmarks/results/orchestration_scaling.json
+    python benchmarks/orchestration_scaling.py --table benchmarks/results/raw/orchestration_scaling.json
 
-Writes benchmarks/results/orchestration_scaling[_<label>].json and a .png of the same name.
+Writes benchmarks/results/raw/orchestration_scaling[_<label>].json and a .png of the same name, and the
+table to its section of the summary benchmarks/results/orchestration_scaling.md.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.append(str(ROOT / "benchmarks"))
+from summary import raw_path, write as write_summary  # noqa: E402
+
 COEVO = [str(Path(sys.executable).parent / "coevo")]
 MAX_REPLICAS = 32
 
@@ -216,8 +219,7 @@ def main() -> None:
         return
     if max(args.replicas) > MAX_REPLICAS:
         parser.error(f"--replicas: at most {MAX_REPLICAS} (the fake nodes hold {MAX_REPLICAS} generators)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"orchestration_scaling{args.label}.json"
+    path = raw_path(f"orchestration_scaling{args.label}.json")
     results, t0 = [], time.perf_counter()
 
     def save() -> None:  # after every run: a sweep cut short keeps what it measured
@@ -247,7 +249,11 @@ def main() -> None:
         cluster.shutdown()
     print(table(results))
     plot(results, path.with_suffix(".png"))
-    print(f"raw results: {path}\nplot: {path.with_suffix('.png')}")
+    summary = write_summary("orchestration_scaling", path.stem, table(results), raw=[path, path.with_suffix(".png")],
+                            protocol=(f"replicas {args.replicas}, seeds {args.seeds} (collective: {args.collective_seeds}), "
+                                      f"{1 + args.nodes} nodes, {args.steps} steps ({args.skip} skipped), generate "
+                                      f"{args.gen_s} s, train {args.train_s} s, {args.prompts_per_replica} prompts a replica"))
+    print(f"raw results: {path}\nplot: {path.with_suffix('.png')}\nsummary: {summary}")
 
 if __name__ == "__main__":
     main()

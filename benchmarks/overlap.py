@@ -13,6 +13,8 @@ as a fraction of the step (goal <= 2 %); the weight broadcast is counted as work
 
 Workloads: `default` (the default recipe's task from its cached warm model), `synthetic`
 (benchmarks/synthetic.py: generation and training that sleep for controlled times, no CPU contention).
+Writes benchmarks/results/raw/overlap[<label>].json and the table to its section of the summary
+benchmarks/results/overlap.md.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from summary import raw_path, write as write_summary  # noqa: E402
+
 COEVO = [str(Path(sys.executable).parent / "coevo")]
 SKIP = 3  # first steps: actor warm-up and the pipeline filling
 
@@ -58,6 +62,18 @@ def workload(name: str, args) -> tuple[list[str], dict]:
              "model.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}",
              "rollout.max_new_tokens=4"],
             {"COEVO_SYNTH_GEN_S": str(args.gen_s), "COEVO_SYNTH_TRAIN_S": str(args.train_s)})
+
+
+def table(results: list[dict]) -> str:
+    """Per workload, the median (range) over repeats."""
+    lines = ["| workload | T_generate s | T_train s | on-policy step s | async step s | bound / async | speed-up | overhead |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in dict.fromkeys(r["workload"] for r in results):
+        rs = [r for r in results if r["workload"] == name]
+        cell = lambda k, f="{:.3f}": f"{f.format(statistics.median(r[k] for r in rs))} ({f.format(min(r[k] for r in rs))}-{f.format(max(r[k] for r in rs))})"  # noqa: E731
+        lines.append(f"| {name} | {cell('t_generate')} | {cell('t_train')} | {cell('step_sync')} | {cell('step_async')} | "
+                     f"{cell('fraction_of_bound', '{:.2f}')} | {cell('speedup', '{:.2f}')} | {cell('overhead_frac', '{:.1%}')} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -93,18 +109,15 @@ def main() -> None:
                                 "staleness_max": max(r["policy/staleness_max"] for r in asyn),
                                 "load_avg": os.getloadavg()[0]})
                 print(json.dumps(results[-1]))
-    print("\n| workload | T_generate s | T_train s | on-policy step s | async step s | bound / async | speed-up | overhead |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name in names:
-        rs = [r for r in results if r["workload"] == name]
-        cell = lambda k, f="{:.3f}": f"{f.format(statistics.median(r[k] for r in rs))} ({f.format(min(r[k] for r in rs))}-{f.format(max(r[k] for r in rs))})"  # noqa: E731
-        print(f"| {name} | {cell('t_generate')} | {cell('t_train')} | {cell('step_sync')} | {cell('step_async')} | "
-              f"{cell('fraction_of_bound', '{:.2f}')} | {cell('speedup', '{:.2f}')} | {cell('overhead_frac', '{:.1%}')} |")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"overlap{args.label}.json"
+    md = table(results)
+    print("\n" + md)
+    path = raw_path(f"overlap{args.label}.json")
     path.write_text(json.dumps({"machine": f"{os.cpu_count()} CPUs {platform.machine()}", "args": vars(args),
                                 "results": results}, indent=1))
-    print(f"raw results: {path}")
+    summary = write_summary("overlap", path.stem, md, raw=[path], protocol=(
+        f"{args.repeats} repeats of {args.steps} steps per workload, synthetic generation {args.gen_s} s and "
+        f"training {args.train_s} s; overrides {args.extra or 'none'}"))
+    print(f"raw results: {path}\nsummary: {summary}")
 
 
 if __name__ == "__main__":

@@ -19,13 +19,15 @@
         ("fixed") and on fresh samples of the model being trained ("fresh", what best-of-N sees).
 
 WARM_DIR is a cached SFT warm-up (~/.cache/coevo/warmup/<hash>); POLICY_DIR a saved policy
-(`<run>/checkpoints/final/policy_learner`). Output: JSON lines on stdout. Raw outputs of the runs the
-README quotes: benchmarks/results/probes/.
+(`<run>/checkpoints/final/policy_learner`). Output: JSON lines on stdout, also written to
+benchmarks/results/raw/probes/<probe><label>.jsonl, and their table to its section of the summary
+benchmarks/results/probes.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -38,6 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors import modeling  # noqa: E402
+from summary import dict_table, raw_path, write as write_summary  # noqa: E402
 from orchestrator.data import arithmetic  # noqa: E402
 
 
@@ -159,6 +162,9 @@ def laser_align(args) -> None:
     cfg = load_config("laser", [f"laser.beta={args.beta}", f"seed={args.seed}"])
     prompts = load_prompts(cfg.data, cfg.seed)
     gen, ver, lrn = Generator(cfg, args.warm), Verifier(cfg), Learner(cfg, args.warm)
+    from actors.judging import single_token
+
+    token, offset = single_token(lrn.tokenizer, cfg.laser.token, "laser.token"), {"c": None}  # c: set below
     key = B.REWARD_PREFIX + cfg.accuracy_source()
     rng = np.random.default_rng(args.seed)
 
@@ -172,7 +178,7 @@ def laser_align(args) -> None:
         ids, mask, pos, r_ids, r_mask, pw = lrn._sequences(table)
         with torch.set_grad_enabled(grad):
             logits, tail = lrn._response_logits(lrn.model, ids, mask, pos, pw, after=True)
-            r = args.beta * (torch.log_softmax(tail.float(), -1)[:, lrn.laser_token] - lrn.laser_c)
+            r = args.beta * (torch.log_softmax(tail.float(), -1)[:, token] - offset["c"])
         return r, logits, r_ids, r_mask
 
     def quality(table, label, groups):
@@ -195,7 +201,7 @@ def laser_align(args) -> None:
     train_prompts = prompts.train.slice(0, args.prompts)
     train, tl, tg = samples(train_prompts, -9)
     fixed = samples(prompts.eval, -5)
-    lrn.laser_c = float(np.nanmean(train.column("laser_logprob").to_numpy(zero_copy_only=False)))
+    offset["c"] = float(np.nanmean(train.column("laser_logprob").to_numpy(zero_copy_only=False)))
     pairs = pair_indices(tl, tg)
     opt = torch.optim.AdamW(lrn.model.parameters(), lr=args.lr, weight_decay=0.0)
     started = time.perf_counter()
@@ -220,6 +226,30 @@ def laser_align(args) -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lrn.model.parameters(), 1.0)
         opt.step()
+
+
+class _Tee:
+    """stdout that is also written to a file."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+
+def table(lines: list[str]) -> str:
+    """A probe's JSON lines as one table (its `args` line left out; nested dicts become `outer/inner` columns)."""
+    rows = [json.loads(x) for x in lines if x.strip().startswith("{")]
+    flat = [{f"{k}/{k2}" if isinstance(v, dict) else k: v2 for k, v in r.items()
+             for k2, v2 in (v.items() if isinstance(v, dict) else [(None, v)])} for r in rows if "args" not in r]
+    return dict_table(flat)
 
 
 def main() -> None:
@@ -250,10 +280,16 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=2048)
     p.add_argument("--every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label", default="", help="raw file suffix: probes/<probe><label>.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    {"rm-pairs": rm_pairs, "majority": majority, "laser-groups": laser_groups,
-     "laser-align": laser_align}[args.probe](args)
+    out = raw_path(f"probes/{args.probe}{args.label}.jsonl")
+    with out.open("w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
+        {"rm-pairs": rm_pairs, "majority": majority, "laser-groups": laser_groups,
+         "laser-align": laser_align}[args.probe](args)
+    summary = write_summary("probes", out.stem, table(out.read_text().splitlines()), raw=[out], protocol=" ".join(
+        f"{k}={v}" for k, v in vars(args).items()))
+    print(f"wrote {out} and {summary}", file=sys.stderr)
 
 
 if __name__ == "__main__":

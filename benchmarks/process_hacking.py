@@ -7,7 +7,8 @@ where every response token is a step).
 
 For each run: held-out accuracy (the outcome verifier, greedy) and steps per response
 (`token_rewards/steps/steps_mean`, here the response length) over training. Writes
-benchmarks/results/process_hacking<label>.json and .png, and a markdown table to stdout.
+benchmarks/results/raw/process_hacking<label>.json and .png, and a markdown table to stdout and to the
+summary benchmarks/results/process_hacking.md.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coevolve import RESULTS, evals, median_range, run_variants, save_plot, variants_cli  # noqa: E402
+from coevolve import evals, median_range, run_variants, save_plot, variants_cli  # noqa: E402
+from summary import raw_path, write as write_summary  # noqa: E402
 
 VARIANTS = {
     "naive": [],
@@ -58,23 +60,27 @@ def plot(runs: dict, path: Path) -> None:
     save_plot(fig, (ax_s, ax_a), path)
 
 
+def markdown(table: dict) -> str:
+    """The summary table from a results file's `table` (per variant, one value per seed)."""
+    return "\n".join(["### Naive process reward versus Clipping / Delta shaping", "",
+                      "| shaping | seeds | steps/response, first 5 steps | last 5 steps | held-out acc start | end |",
+                      "|---|---:|---:|---:|---:|---:|",
+                      *(f"| {v} | {len(c['acc_end'])} | {median_range(c['steps_first'])} | {median_range(c['steps_last'])} | "
+                        f"{median_range(c['acc_start'])} | {median_range(c['acc_end'])} |" for v, c in table.items())])
+
+
 def main() -> None:
     args = variants_cli(__doc__, VARIANTS)
     runs = run_variants("process_hacking", VARIANTS, args)
-    print("\n### Naive process reward versus Clipping / Delta shaping\n")
-    print("| shaping | seeds | steps/response, first 5 steps | last 5 steps | held-out acc start | end |")
-    print("|---|---:|---:|---:|---:|---:|")
     table = {}
     for v, rs in runs.items():
-        first = [window_mean(steps_curve(r["rows"]), True) for r in rs]
-        last = [window_mean(steps_curve(r["rows"]), False) for r in rs]
-        start = [r["summary"].get("warmup/accuracy") for r in rs]
-        end = [evals(r["rows"])[-1][2] for r in rs]
-        table[v] = {"steps_first": first, "steps_last": last, "acc_start": start, "acc_end": end}
-        print(f"| {v} | {len(rs)} | {median_range(first)} | {median_range(last)} | {median_range(start)} | "
-              f"{median_range(end)} |")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"process_hacking{args.label}"
+        table[v] = {"steps_first": [window_mean(steps_curve(r["rows"]), True) for r in rs],
+                    "steps_last": [window_mean(steps_curve(r["rows"]), False) for r in rs],
+                    "acc_start": [r["summary"].get("warmup/accuracy") for r in rs],
+                    "acc_end": [evals(r["rows"])[-1][2] for r in rs]}
+    md = markdown(table)
+    print("\n" + md)
+    out = raw_path(f"process_hacking{args.label}")
     plot(runs, out.with_suffix(".png"))
     slim = {v: [{k: r[k] for k in ("overrides", "wall_s", "summary", "load_avg")} |
                 {"curve": [{k: x.get(k) for k in ("step", "time_s", STEPS, "eval/accuracy", "reward/mean",
@@ -82,7 +88,9 @@ def main() -> None:
                 for r in rs] for v, rs in runs.items()}
     out.with_suffix(".json").write_text(json.dumps({"machine": platform.processor() or platform.machine(),
                                                     "seeds": args.seeds, "table": table, "runs": slim}, indent=1))
-    print(f"\nraw: {out.with_suffix('.json')}\nplot: {out.with_suffix('.png')}")
+    summary = write_summary("process_hacking", out.name, md, raw=[out.with_suffix(".json"), out.with_suffix(".png")],
+                            protocol=f"seeds {args.seeds}, variants {args.variants}; overrides {args.extra or 'none'}")
+    print(f"\nraw: {out.with_suffix('.json')}\nplot: {out.with_suffix('.png')}\nsummary: {summary}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ exported train and held-out files; the seed changes sampling and prompt order on
 interleaved (every recipe for seed 0, then seed 1, ...). Reported: held-out greedy accuracy (the
 verifier's), the judge's AUROC against the verifier on sampled responses to held-out prompts
 (`eval/judge_auroc`) and on each batch's labelled rows (`spark/batch_auroc`), wall time and the
-machine's load. Raw results: benchmarks/results/self_judges<label>.json (rewritten after every run),
-plot: benchmarks/results/self_judges<label>.png.
+machine's load. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every run),
+plot: benchmarks/results/raw/self_judges<label>.png; the table goes to its section of the summary
+benchmarks/results/self_judges.md.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coevolve import RESULTS, coevo, evals, median_range, save_plot  # noqa: E402
+from coevolve import coevo, evals, median_range, save_plot  # noqa: E402
+from summary import raw_path, write as write_summary  # noqa: E402
 
 JUDGE_REWARDS = "rewards=[{name: integer_match}, {name: judge, judge: true, weight: 0}]"
 # recipe -> (config file, overrides): the verifier where it labelled the prompt, else nothing (GRPO)
@@ -131,9 +133,9 @@ def main() -> None:
     from vs_trl import export_splits, warm_checkpoint
 
     if args.report:
-        runs = json.loads((RESULTS / f"self_judges{args.label}.json").read_text())["runs"]
+        runs = json.loads(raw_path(f"self_judges{args.label}.json").read_text())["runs"]
         print(table(runs))
-        plot(runs, RESULTS / f"self_judges{args.label}.png")
+        plot(runs, raw_path(f"self_judges{args.label}.png"))
         return
 
     names = []
@@ -143,9 +145,8 @@ def main() -> None:
         else:
             print(f"skipping {name}: no recipe {name.split('_')[0]!r} with pipelines/{RECIPES[name][0]}.yaml "
                   "in this checkout", flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     isolate_ray()
-    out = RESULTS / f"self_judges{args.label}.json"
+    out = raw_path(f"self_judges{args.label}.json")
     runs: dict[str, list] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="self-judges-") as tmp:
         work = Path(tmp)
@@ -174,8 +175,11 @@ def main() -> None:
                           f"{s['judge_auroc_last']}, {s['wall_s']:.0f} s, load {s['load_avg']:.1f}", flush=True)
                 out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1, default=str))
     print("\n" + table(runs))
-    plot(runs, RESULTS / f"self_judges{args.label}.png")
-    print(f"\nraw results: {out}")
+    plot(runs, out.with_suffix(".png"))
+    summary = write_summary("self_judges", out.stem, table(runs), raw=[out, out.with_suffix(".png")], protocol=(
+        f"seeds {args.seeds}, {args.steps} steps of {args.prompts} prompts, eval every {args.eval_every}, "
+        f"{args.eval_prompts} judge eval prompts, verifier.fraction {args.fraction}; overrides {args.extra or 'none'}"))
+    print(f"\nraw results: {out}\nsummary: {summary}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ quality, wall time; 3 seeds each.
 
 The warm start is the same for every recipe and seed (the default recipe's cached SFT warm-up;
 self_rewarding and self_judged_grpo then run their judging warm-up, also cached, and start from it:
-both accuracies are reported; laser runs its self-verification warm-up, also cached, and starts from it). Raw results: benchmarks/results/self_rewarding<label>.json.
+both accuracies are reported; laser runs its self-verification warm-up, also cached, and starts from it).
+Raw results: benchmarks/results/raw/self_rewarding<label>.json; the table goes to its section of the
+summary benchmarks/results/self_rewarding.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coevolve import RESULTS, coevo, evals  # noqa: E402
+from coevolve import coevo, evals  # noqa: E402
+from summary import raw_path, write as write_summary  # noqa: E402
 
 RECIPES = ["self_rewarding", "laser", "majority_vote", "co_reward", "self_judged_grpo"]
 
@@ -50,6 +53,24 @@ def summarise(name: str, run: dict) -> dict:
     return out
 
 
+def table(results: list[dict]) -> str:
+    """Per recipe, medians over seeds (a results file's `results`)."""
+    lines = ["| recipe | seeds | SFT warm start | start (after judge warm-up) | end: median (range) | "
+             "improved in | judge / self-reward | wall s (median) |", "|---|---:|---:|---:|---:|---:|---|---:|"]
+    for name in dict.fromkeys(r["recipe"] for r in results):
+        rs = [r for r in results if r["recipe"] == name]
+        ends = [r["end_accuracy"] for r in rs]
+        better = sum(r["end_accuracy"] > r["start_accuracy"] for r in rs)
+        quality = "; ".join(f"{k.split('/')[-1]} {statistics.median(r[k] for r in rs):.2f}" for k in
+                            ("eval/judge_auroc", "eval/judge_agreement", "eval/self_reward_auroc", "eval/best_of_n_gain")
+                            if all(r.get(k) is not None for r in rs))
+        lines.append(f"| {name} | {len(rs)} | {statistics.median(r['sft_accuracy'] for r in rs):.3f} | "
+                     f"{statistics.median(r['start_accuracy'] for r in rs):.3f} | {statistics.median(ends):.3f} "
+                     f"({min(ends):.3f}-{max(ends):.3f}) | {better}/{len(rs)} | {quality or '-'} | "
+                     f"{statistics.median(r['wall_s'] for r in rs):.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipes", nargs="+", default=RECIPES)
@@ -66,25 +87,14 @@ def main() -> None:
                 results.append({**summarise(name, run), "seed": seed, "rows": run["rows"],
                                 "summary": run["summary"]})
                 print(json.dumps({k: v for k, v in results[-1].items() if k not in ("rows", "summary")}), flush=True)
-    print("\n| recipe | seeds | SFT warm start | start (after judge warm-up) | end: median (range) | "
-          "improved in | judge / self-reward | wall s (median) |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|")
-    for name in args.recipes:
-        rs = [r for r in results if r["recipe"] == name]
-        ends = [r["end_accuracy"] for r in rs]
-        better = sum(r["end_accuracy"] > r["start_accuracy"] for r in rs)
-        quality = "; ".join(f"{k.split('/')[-1]} {statistics.median(r[k] for r in rs):.2f}" for k in
-                            ("eval/judge_auroc", "eval/judge_agreement", "eval/self_reward_auroc", "eval/best_of_n_gain")
-                            if all(r.get(k) is not None for r in rs))
-        print(f"| {name} | {len(rs)} | {statistics.median(r['sft_accuracy'] for r in rs):.3f} | "
-              f"{statistics.median(r['start_accuracy'] for r in rs):.3f} | {statistics.median(ends):.3f} "
-              f"({min(ends):.3f}-{max(ends):.3f}) | {better}/{len(rs)} | {quality or '-'} | "
-              f"{statistics.median(r['wall_s'] for r in rs):.0f} |")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"self_rewarding{args.label}.json"
+    md = table(results)
+    print("\n" + md)
+    path = raw_path(f"self_rewarding{args.label}.json")
     path.write_text(json.dumps({"machine": f"{os.cpu_count()} CPUs {platform.machine()}", "argv": sys.argv[1:],
                                 "results": results}, indent=1, default=str))
-    print(f"raw results: {path}")
+    summary = write_summary("self_rewarding", path.stem, md, raw=[path],
+                            protocol=f"recipes {args.recipes}, seeds {args.seeds}; overrides {args.extra or 'none'}")
+    print(f"raw results: {path}\nsummary: {summary}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Rounds alternate the arms.
 
 Per run: all-in milliseconds per step (first step's start to the last step's end, evaluations and
 bookkeeping included, over the steps) and the medians of the per-stage times. Writes
-benchmarks/results/step_time_ab_<label>.json.
+benchmarks/results/raw/step_time_ab_<label>.json and its section of the summary
+benchmarks/results/step_time_ab.md.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import RESULTS, coevo_command, offline_env, warm_checkpoint  # noqa: E402
+from runs import coevo_command, offline_env, warm_checkpoint  # noqa: E402
+from summary import raw_path, write as write_summary  # noqa: E402
 
-STAGES = ("step", "wait_rollouts", "generate", "verify", "learn", "learner", "publish", "eval", "driver_cpu")
+STAGES = ("step", "wait_rollouts", "generate", "verify", "credit", "learn", "learner", "publish", "eval", "driver_cpu")
 
 
 def parse_arm(text: str) -> tuple[str, Path, list[str]]:
@@ -60,6 +62,16 @@ def one_run(name: str, path: Path, overrides: list[str], args, warm: Path, out: 
               for k in STAGES if any(f"time/{k}_s" in r for r in rows)}
     return {"arm": name, "per_step_ms": round(1000 * wall / len(rows), 2), "stage_ms": stages,
             "accuracies": [r["eval/accuracy"] for r in rows if r.get("eval/accuracy") is not None]}
+
+
+def table(summary: dict) -> str:
+    """Per arm: ms a step, median (range) over rounds, and the medians of the stage times (ms)."""
+    stages = list(dict.fromkeys(k for s in summary.values() for k in s["stage_ms"]))
+    return "\n".join([f"| arm | ms a step | {' | '.join(stages)} |", "|---|---:|" + "---:|" * len(stages),
+                      *(f"| {name} | {s['per_step_ms']['median']:.1f} ({s['per_step_ms']['min']:.1f}-"
+                        f"{s['per_step_ms']['max']:.1f}) | " + " | ".join(
+                            f"{s['stage_ms'][k]:.1f}" if k in s["stage_ms"] else "-" for k in stages) + " |"
+                        for name, s in summary.items())])
 
 
 def main() -> int:
@@ -94,7 +106,7 @@ def main() -> int:
                                           for k in ok[0]["stage_ms"]}}
     accs = {tuple(x["accuracies"]) for x in runs if "error" not in x}
     same = len(accs) == 1
-    out = RESULTS / f"step_time_ab_{args.label}.json"
+    out = raw_path(f"step_time_ab_{args.label}.json")
     out.write_text(json.dumps({"benchmark": "step_time_ab", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                "arms": [{"name": n, "path": str(d), "overrides": o} for n, d, o in arms],
                                "steps": args.steps, "seed": args.seed, "warm": str(warm), "same_accuracies": same,
@@ -104,7 +116,11 @@ def main() -> int:
         print(f"{name}: {m['median']:.1f} ms a step ({m['min']:.1f}-{m['max']:.1f}); stages " +
               ", ".join(f"{k} {v:.1f}" for k, v in s["stage_ms"].items()))
     print("held-out accuracies: " + ("the same in every run" if same else "DIFFER between runs (not the same maths)"))
-    print(f"wrote {out}", file=sys.stderr)
+    summary_md = write_summary("step_time_ab", out.stem, table(summary), raw=[out], protocol=(
+        f"{args.rounds} rounds x {args.steps} steps, seed {args.seed}, arms alternating; arms " +
+        "; ".join(f"{n}={d}{':' + ','.join(o) if o else ''}" for n, d, o in arms) +
+        f"; held-out accuracies {'the same in every run' if same else 'DIFFER between runs'}"))
+    print(f"wrote {out} and {summary_md}", file=sys.stderr)
     return 0 if all("error" not in x for x in runs) else 1
 
 

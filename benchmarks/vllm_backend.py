@@ -9,7 +9,8 @@ one in-place weight update (`VLLMBackend.load_weights`).
     /work/vllm-venv/bin/python benchmarks/vllm_backend.py                     # tiny + ~25M, 3 rounds
     /work/vllm-venv/bin/python benchmarks/vllm_backend.py --sizes tiny 25m 125m --rounds 5
 
-Writes benchmarks/results/vllm_backend[_<label>].json.
+Writes benchmarks/results/raw/vllm_backend[_<label>].json and its section of the summary
+benchmarks/results/vllm_backend.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from summary import raw_path, write as write_summary  # noqa: E402
 
 SIZES = {  # random-init Qwen2-style configs on the char tokenizer
     "tiny": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=512),
@@ -89,9 +91,27 @@ def main() -> None:
         results["sizes"][size] = {"parameters": params, "summary": summary, "raw": rows, "update_s": updates}
         print(f"{size} ({params / 1e6:.1f}M params): {json.dumps(summary)}", flush=True)
         del vllm_backend
-    out = ROOT / "benchmarks" / "results" / f"vllm_backend{'_' + args.label if args.label else ''}.json"
+    out = raw_path(f"vllm_backend{'_' + args.label if args.label else ''}.json")
     out.write_text(json.dumps(results, indent=1))
-    print(f"wrote {out}")
+    summary = write_summary("vllm_backend", out.stem, table(results), raw=[out], protocol=(
+        f"{args.rounds} interleaved rounds, {args.prompts} prompts, n={args.n} when sampled, {args.max_new_tokens} new "
+        f"tokens, {args.threads} torch thread(s)"))
+    print(f"wrote {out} and {summary}")
+
+
+def table(results: dict) -> str:
+    """Per size and mode: medians over rounds (a results file's `sizes`)."""
+    lines = ["| model (random init) | mode | HF tok/s | vLLM backend tok/s | bare vLLM tok/s | backend / bare | vLLM / HF "
+             "| in-place update s |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for size, r in results["sizes"].items():
+        for mode in ("greedy", "sampled"):
+            s = r["summary"].get(mode)
+            if s:
+                lines.append(f"| {size}, {r['parameters'] / 1e6:.1f}M params | {mode} | {s['hf_tokens_per_s']:.0f} | "
+                             f"{s['vllm_backend_tokens_per_s']:.0f} | {s['vllm_bare_tokens_per_s']:.0f} | "
+                             f"{s['backend_over_bare']:.2f} | {s['vllm_over_hf']:.2f} | "
+                             f"{r['summary']['update_s_median'] if mode == 'greedy' else ''} |")
+    return "\n".join(lines)
 
 
 def _bare_request(backend, prompts, n, max_new_tokens, temperature, top_p, top_k, greedy):

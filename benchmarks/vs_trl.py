@@ -38,7 +38,8 @@ constant learning rate, no gradient checkpointing. A callback evaluates every 5 
 the trainer at the target.
 
 Prints a markdown table and writes the raw numbers (per-step curves, settings, versions, the
-machine and its load during each run) to benchmarks/results/vs_trl_<label>.json. Timings on a
+machine and its load during each run) to benchmarks/results/raw/vs_trl_<label>.json, and the tables
+to its section of the summary benchmarks/results/vs_trl.md. Timings on a
 shared machine mean little: `--wait-quiet S` waits for a quiet machine before each run, and the
 load during each run is recorded.
 """
@@ -58,8 +59,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runs import (RESULTS, ROOT, LoadSampler, coevo_command, export_splits, offline_env,  # noqa: E402,F401
+from runs import (ROOT, LoadSampler, coevo_command, export_splits, offline_env,  # noqa: E402,F401
                   read_jsonl, run_logged, warm_checkpoint)
+from summary import raw_path, write as write_summary  # noqa: E402
 
 # The protocol both sides share.
 GROUP = 8                # completions per prompt (coevo rollout.samples_per_prompt, TRL num_generations)
@@ -571,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="start a coevo run again up to N times when Ray's node did not start in time "
                         "(overloaded machine; default %(default)s)")
     p.add_argument("--label", help="results file suffix (default: <cpus>cpu)")
-    p.add_argument("--out", type=Path, help="results JSON (default: benchmarks/results/vs_trl_<label>.json)")
+    p.add_argument("--out", type=Path, help="results JSON (default: benchmarks/results/raw/vs_trl_<label>.json)")
     p.add_argument("--keep", type=Path, help="keep the data files, logs and run directories here")
     p.add_argument("--variant", nargs="+", action="extend", default=[], metavar="NAME[=OVERRIDES]",
                    help="coevo configurations to run after TRL for every seed: a name from VARIANTS ("
@@ -592,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     label = args.label or f"{info['cpu_affinity'] or info['cpu_count_logical']}cpu"
-    out = args.out or RESULTS / f"vs_trl_{label}.json"
+    out = args.out or raw_path(f"vs_trl_{label}.json")
     warm, warm_info = warm_checkpoint(args.warm, work, args.warmup_target, args.warmup_every)
     train, eval_, data_info = export_splits(work)
     print(f"warm checkpoint: {warm} (held-out accuracy {warm_info.get('warmup/accuracy')})\n"
@@ -652,7 +654,11 @@ def main(argv: list[str] | None = None) -> int:
 
     md, summary_md = report(results)
     print(md + "\n\n" + summary_md)
-    print(f"\nwrote {out}", file=sys.stderr)
+    summary = write_summary("vs_trl", out.stem, summary_md + "\n\n" + md, raw=[out], protocol=(
+        f"seeds {args.seeds} interleaved, TRL lr {args.trl_lr}, variants {list(variants)}, target {args.target}, "
+        f"at most {args.max_steps} steps, warm start {warm_info.get('warmup/accuracy', float('nan')):.3f} held-out accuracy; "
+        f"extra overrides {args.overrides or 'none'}"))
+    print(f"\nwrote {out} and {summary}", file=sys.stderr)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if results and all("error" not in r for r in results) else 1

@@ -22,7 +22,8 @@ sensitive to other users of the machine). Evaluation is timed separately:
     python benchmarks/warmup_sweep.py --settings current --seeds 0
     python benchmarks/warmup_sweep.py --settings best --set lr=3e-3 --set batch_size=32 --seeds 0,1,2
 
-Prints a markdown table and writes benchmarks/results/warmup_sweep[_<label>].json.
+Prints a markdown table and writes benchmarks/results/raw/warmup_sweep[_<label>].json and the table to
+its section of the summary benchmarks/results/warmup_sweep.md.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ import torch.nn.functional as F  # noqa: E402
 from actors.modeling import char_tokenizer, tiny_model  # noqa: E402
 from orchestrator.data import arithmetic  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from summary import raw_path, write as write_summary  # noqa: E402
+
 TARGETS = (0.3, 0.5, 0.6, 0.7)
 EVAL_SIZE = 200
 # pipelines/grpo_addition.yaml: model.tiny
@@ -424,8 +427,7 @@ def main() -> None:
                  f" (disagreements {sum(r['generate_disagreements'] for r in results)})" if gens else ""))
     if args.no_save:
         return
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / (f"warmup_sweep_{args.label}.json" if args.label else "warmup_sweep.json")
+    out = raw_path(f"warmup_sweep_{args.label}.json" if args.label else "warmup_sweep.json")
     out.write_text(json.dumps({
         "benchmark": "warmup_sweep", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "argv": sys.argv[1:], "targets": targets, "elapsed_s": time.time() - started,
@@ -433,7 +435,10 @@ def main() -> None:
                     "torch_threads": torch.get_num_threads()},
         "settings": [dataclasses.asdict(s) for s in settings], "table_markdown": md, "runs": results,
     }, indent=1))
-    print(f"\nwrote {out}")
+    summary = write_summary("warmup_sweep", out.stem, md, raw=[out], protocol=(
+        f"settings {args.settings} (set {args.set or 'nothing'}), seeds {args.seeds}, eval every {args.eval_every}, "
+        f"at most {args.max_steps} steps, {args.threads} torch thread(s), in-process"))
+    print(f"\nwrote {out} and {summary}")
 
 
 if __name__ == "__main__":

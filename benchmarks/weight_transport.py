@@ -10,9 +10,10 @@ one unmeasured publish each (the collective's first publish also forms its group
 
     python benchmarks/weight_transport.py                       # the full grid (skips cells that do not fit)
     python benchmarks/weight_transport.py --sizes 1M 25M --replicas 1 2
-    python benchmarks/weight_transport.py --table benchmarks/results/weight_transport.json
+    python benchmarks/weight_transport.py --table benchmarks/results/raw/weight_transport.json
 
-Writes benchmarks/results/weight_transport[_<label>].json.
+Writes benchmarks/results/raw/weight_transport[_<label>].json and the table to its section of the summary
+benchmarks/results/weight_transport.md.
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ def main() -> None:
     import ray
     import torch
 
+    from summary import raw_path, write as write_summary  # here: actors import this module without benchmarks/ on the path
+
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     results, skipped = [], []
@@ -207,10 +210,13 @@ def main() -> None:
                        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, CPU only",
             "torch": torch.__version__, "ray": ray.__version__, "repeats": args.repeats, "bucket_mb": args.bucket_mb,
             "threads_per_actor": 1, "dtype": "float32", "skipped": skipped}
-    out = ROOT / "benchmarks" / "results" / f"weight_transport{'_' + args.label if args.label else ''}.json"
+    out = raw_path(f"weight_transport{'_' + args.label if args.label else ''}.json")
     out.write_text(json.dumps({"meta": meta, "cells": results}, indent=1))
-    print(f"wrote {out}")
     print(table(results))
+    summary = write_summary("weight_transport", out.stem, table(results), raw=[out], protocol=(
+        f"sizes {args.sizes}, replicas {args.replicas}, {args.repeats} repeats after one unmeasured publish, "
+        f"{args.bucket_mb:g} MiB buckets, 1 torch thread per actor; skipped {skipped or 'none'}"))
+    print(f"wrote {out} and {summary}")
 
 
 if __name__ == "__main__":

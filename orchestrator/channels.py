@@ -5,6 +5,12 @@ counts its own versions. `weights.transport` picks how a version travels (docs/w
 object_store publishes the learner's weights once and sends that one payload to every replica of
 every target pool; collective broadcasts them over a process group of the learner and the live
 replicas (actors.weight_transport). Either way a replica installs a version all or nothing.
+
+With object_store, a replica on the learner's own GPU (`weights.cuda_ipc`, one learner rank) takes
+the version through CUDA IPC handles to a copy the learner makes on that GPU in the replicas' dtype
+(actors.weight_ipc); where that fails it gets the object store's payload, and the channel stops
+trying IPC. Which replicas are colocated is asked of the actors themselves (node and GPU UUID),
+only where the learner and a target role have GPUs: a CPU run makes no extra call.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import uuid
 
 import ray
 
+from actors import weight_ipc
 from actors.weight_transport import Link
 from orchestrator.config import WeightsConfig
 from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError
@@ -34,11 +41,17 @@ class Channel:
         self._link: Link | None = None
         self._members: list | None = None
         self._inflight: asyncio.Future | None = None
+        self._identify = weight_ipc.identity  # run in each actor (a test stands in its own)
+        self._ipc_members: list | None = None  # the live replicas the colocation below was found for
+        self._ipc_colocated: set = set()  # (pool name, replica index) on the learner's GPU
+        self.ipc_broken = False  # an IPC update failed: the object store from then on
+        self.ipc_publishes = 0
 
     @property
     def takes_payload(self) -> bool:
-        """Whether `publish` can send weights the learner already exported (its `train_step_published`)."""
-        return self.settings.transport != "collective" and self.method == "publish"
+        """Whether `publish` can send weights the learner already exported (its `train_step_published`):
+        not where every replica takes them over CUDA IPC (the object store's copy would go unused)."""
+        return self.settings.transport != "collective" and self.method == "publish" and not self._all_ipc()
 
     async def publish(self, version: int, wait: bool = True, payload: ray.ObjectRef | None = None) -> None:
         """Publish the learner's weights at `version`. With `wait`, return once every replica holds
@@ -58,12 +71,59 @@ class Channel:
                 else:
                     self._inflight = task
         else:
-            if payload is None:  # every rank of the learner takes part (a sharded model is gathered); not fetched
+            via = await self._ipc(version)
+            if payload is None and not self._all_ipc():  # every rank of the learner takes part; not fetched
                 payload, _ = await self.learner.call(self.method + "_parts")
             for pool in self.targets:
-                await pool.set_weights(version, payload, wait=wait)
+                await pool.set_weights(version, payload, wait=wait, via=via.get(pool.name), export=self._export)
         self.version = version
         self.publishes += 1
+
+    # ---- CUDA IPC (object_store transport, colocated replicas) ---------------------------------------
+    def _ipc_possible(self) -> bool:
+        """Whether any replica could take CUDA IPC: asked of the actors only where this holds."""
+        return (self.settings.cuda_ipc and not self.ipc_broken and self.method == "publish"
+                and len(self.learner.replicas) == 1 and self.learner.spec.num_gpus > 0
+                and any(pool.spec.num_gpus > 0 for pool in self.targets))
+
+    def _all_ipc(self) -> bool:
+        live = [(pool.name, rep.index) for pool in self.targets for rep in pool.replicas if rep.alive]
+        return (self._ipc_possible() and self._ipc_members is not None and bool(live)
+                and all(key in self._ipc_colocated for key in live))
+
+    async def _colocated(self) -> set:
+        """(pool, replica) keys of the live replicas on the learner's GPU, asked again when they change."""
+        live = [(pool, rep) for pool in self.targets for rep in pool.replicas if rep.alive]
+        members = [(pool.name, rep.index, rep.failures) for pool, rep in live]
+        if members != self._ipc_members:
+            learner = await self.learner.handles[0].__ray_call__.remote(self._identify)
+            where = await asyncio.gather(*[rep.handle.__ray_call__.remote(self._identify) for _, rep in live])
+            self._ipc_colocated = weight_ipc.colocated(learner, {(pool.name, rep.index): w
+                                                                 for (pool, rep), w in zip(live, where)})
+            self._ipc_members = members
+        return self._ipc_colocated
+
+    async def _ipc(self, version: int) -> dict:
+        """{pool name: {replica index: the IPC payload ref}} for this publish; {} where none applies.
+        The export runs in the learner and is not awaited: a replica that gets a failed one falls back."""
+        if self.ipc_broken or not self._ipc_possible():
+            return {}
+        if sum(pool.own_fallbacks for pool in self.targets):  # a replica could not take the last one
+            self.ipc_broken = True
+            log.warning("channel %s: CUDA IPC failed; weights go through the object store from now on", self.name)
+            return {}
+        colocated = await self._colocated()
+        if not colocated:
+            return {}
+        from actors.modeling import inference_dtype
+        model = getattr(self.learner._config, "model", None)
+        dtype = str(inference_dtype(getattr(model, "dtype", "auto"), "cuda")).removeprefix("torch.")
+        ref = self.learner.handles[0].__ray_call__.remote(weight_ipc.export, dtype)
+        self.ipc_publishes += 1
+        via: dict = {}
+        for pool_name, index in colocated:
+            via.setdefault(pool_name, {})[index] = ref
+        return via
 
     def lag(self, learner_version: int) -> int:
         """Versions the most out-of-date replica of this channel's targets is behind the learner."""

@@ -7,7 +7,8 @@ power loss leaves either the old checkpoint or the complete new one.
 
     checkpoints/step_N/
       loop_state.json            step, time, sampler position, counters, channel versions, held
-                                 role state (the verifiers' merged statistics, one copy)
+                                 role state (the verifiers' merged statistics, one copy), the credit
+                                 step's state (aggregator statistics, LaSeR's offset c)
       <learner role>/            HF save_pretrained (gathered on rank 0) + tokenizer + learner_state.pt
                                  + sharded/: the optimizer (torch.distributed.checkpoint), loadable
                                  at any world size

@@ -21,12 +21,11 @@ EXAMPLES = """examples:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from importlib.metadata import version
-
+    from orchestrator import __version__
     from orchestrator.recipe_list import recipes_help
 
     parser = argparse.ArgumentParser(prog="coevo", description="RL post-training of language models on Ray.")
-    parser.add_argument("--version", action="version", version=f"coevo {version('coevo')}")
+    parser.add_argument("--version", action="version", version=f"coevo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="train with a recipe or YAML config",

@@ -36,7 +36,8 @@ def connect(ray_cfg) -> tuple[str, bool]:
     try:
         # "local": a new cluster even where another was started on this machine; with no address
         # Ray would join the last one `ray start` recorded (ray_current_cluster), whoever owns it
-        ray.init(address="local", num_cpus=ray_cfg.num_cpus, include_dashboard=ray_cfg.dashboard,
+        ray.init(address="local", num_cpus=ray_cfg.num_cpus, num_gpus=getattr(ray_cfg, "num_gpus", None),
+                 include_dashboard=ray_cfg.dashboard,
                  logging_level=logging.WARNING, dashboard_host="127.0.0.1")
     finally:
         if before is None:
@@ -44,7 +45,9 @@ def connect(ray_cfg) -> tuple[str, bool]:
         else:
             os.environ["PYTHONPATH"] = before
     where = ray.get_runtime_context().gcs_address
-    return f"started a local Ray cluster ({int(ray.cluster_resources().get('CPU', 0))} CPUs, {where})", True
+    have = ray.cluster_resources()
+    gpus = f", {have['GPU']:g} GPU{'s' * (have['GPU'] != 1)}" if have.get("GPU") else ""
+    return f"started a local Ray cluster ({int(have.get('CPU', 0))} CPUs{gpus}, {where})", True
 
 
 DASHBOARD: str | None = None  # the joined cluster's dashboard (job submission) address, once connected

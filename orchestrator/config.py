@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -68,6 +68,11 @@ class ModelConfig(Section):
     # choice (sdpa). On CPU with sequences of tens of tokens `eager` made the learner 14% faster
     # and generation 11% slower (docs/benchmarks.md); sdpa is the usual choice on GPUs.
     attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = None
+    # The dtype of every copy of the model that does not train: generators, judges, frozen KL
+    # references and reward models (a learner keeps float32 master weights). auto: bfloat16 where
+    # the copy runs on a GPU, float32 on a CPU. Weight updates are cast to it as they load
+    # (docs/gpu.md).
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
 
 class ArithmeticConfig(Section):
@@ -250,7 +255,11 @@ class ReplicaRole(Section):
     # ... and the learner waited on rollouts for at least this fraction of the step
     scale_up_wait_frac: float = Field(0.1, ge=0, le=1)
     num_cpus: float = Field(1, ge=0)
-    num_gpus: float = Field(0, ge=0)
+    # GPUs per replica; a fraction shares a GPU with other roles. auto: where the cluster has GPUs
+    # when the run starts, the roles that run models (generators and judges, learners, reward
+    # models) get them, sharing a GPU where there are fewer GPUs than such replicas; none on a
+    # CPU-only cluster (docs/gpu.md). A number is used as given.
+    num_gpus: Union[Annotated[float, Field(ge=0)], Literal["auto"]] = "auto"
     threads: int = Field(0, ge=0)  # torch threads per replica; 0: train.threads
     max_restarts: int = Field(10, ge=-1)  # Ray restarts a dead replica this often (-1: always)
     # a call that takes longer counts as a hung replica: restarted, its work retried once; unset:
@@ -270,10 +279,26 @@ class LearnerConfig(Section):
     # optimizer state sharded over the ranks (torch.distributed.fsdp.fully_shard)
     strategy: Literal["ddp", "fsdp2"] = "ddp"
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on GPU, gloo on CPU
-    mixed_precision: Optional[Literal["bf16", "fp16"]] = None  # fsdp2 on GPU: compute dtype (fp32 master)
+    # Compute dtype of the learner's forward and backward passes, at any world size: auto is bf16 on
+    # a CUDA GPU (autocast; fp32 master weights and optimizer state), fp32 on a CPU (docs/learner.md)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    mixed_precision: Optional[Literal["bf16", "fp16"]] = None  # the old name of precision (fsdp2 only); kept
+    # Padding-free packed micro-batches (varlen attention): auto is on a GPU, off on a CPU, where
+    # padded micro-batches sharing each group's prompt forward are faster for short rows
+    packing: Literal["auto", "on", "off"] = "auto"
+    # recompute each decoder layer's activations in the backward pass: less memory, ~1/3 more compute
+    gradient_checkpointing: bool = False
+    # the device's dense peak TFLOP/s for perf/mfu (None: known GPUs by name, bf16 or fp32/tf32)
+    peak_tflops: Optional[float] = Field(None, gt=0)
     cpu_offload: bool = False  # fsdp2 on GPU: parameters and optimizer state in host memory
     # a collective that waits longer (a rank died or hangs) fails instead of blocking for ever
     timeout_s: float = Field(600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _old_precision_name(self) -> "LearnerConfig":
+        if self.mixed_precision and self.precision == "auto":
+            self.precision = self.mixed_precision
+        return self
 
 
 # Each method's own loss aggregation, where it is not the token mean, by policy loss then advantage:
@@ -313,7 +338,10 @@ class AlgorithmConfig(Section):
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(256, gt=0)  # rows per forward/backward (memory)
+    micro_batch_size: int = Field(256, gt=0)  # at most this many rows per forward/backward
+    # at most this many tokens per forward/backward (prompt + response; padded ones where rows are
+    # padded): the memory knob. Rows are never split; a longer row runs alone (docs/learner.md#packing)
+    micro_batch_tokens: Optional[int] = Field(16384, gt=0)
     mini_batches: int = Field(1, ge=1)  # optimizer steps per train batch, of near-equal size
     # Skip the forward/backward of groups whose samples all got the same reward: with a
     # group-relative advantage they carry no gradient (the token-mean keeps the whole batch's count,
@@ -400,6 +428,8 @@ class TrainConfig(Section):
 class RayConfig(Section):
     address: Optional[str] = None  # else RAY_ADDRESS, else an embedded local cluster
     num_cpus: Optional[int] = Field(None, gt=0)  # local cluster only
+    # local cluster only: the GPUs it offers (None: what Ray detects; 0 keeps every role on the CPU)
+    num_gpus: Optional[int] = Field(None, ge=0)
     dashboard: bool = False  # local cluster only; clusters started with `ray start` have one
 
 
@@ -412,6 +442,10 @@ class WeightsConfig(Section):
     bucket_mb: float = Field(256.0, gt=0)  # bucket size of the collective broadcast, MiB
     # auto: nccl when the learner and every target replica have a GPU, else gloo
     backend: Literal["auto", "gloo", "nccl"] = "auto"
+    # object_store: a replica on the learner's own GPU (colocated, one learner rank) takes each
+    # version through CUDA IPC handles to a copy on that GPU instead, falling back to the object
+    # store where that fails (docs/weights.md)
+    cuda_ipc: bool = True
     # a collective publish (forming the group, or one broadcast) that takes longer fails; the
     # channel then sends that version through the object store and forms a new group next time
     timeout_s: float = Field(300.0, gt=0)
@@ -496,10 +530,9 @@ class Config(Section):
         if "weights" in self.aggregate or "on_error" in self.aggregate:
             raise ValueError("aggregate.weights / aggregate.on_error: set rewards[].weight and "
                              "verifier.on_error instead")
-        from orchestrator.recipes import RECIPES
-        if self.algorithm.advantage == "gae" and "ppo" not in type(self).model_fields:
-            raise ValueError(f"algorithm.advantage=gae needs a critic's values per token: recipe ppo has one, "
-                             f"recipe {self.recipe!r} does not")
+        from orchestrator.recipes import RECIPES, Sources
+        if getattr(ADVANTAGES.get(self.algorithm.advantage), "needs_values", False):
+            RECIPES.get(self.recipe).credit(self, Sources())  # its credit step says if it has a critic's values
         kinds = RECIPES.get(self.recipe).role_kinds(self)
         known = list(kinds)
         unknown = sorted(set(self.roles) - set(known))

@@ -2,11 +2,12 @@
 
 An asyncio driver: rollouts (generation + per-piece scoring) stream into a buffer under admission
 control (orchestrator.rollouts); the loop takes a train batch, lets the recipe score it as a whole
-(reward models, at one version) and learn (learners step, channels publish), then evaluates,
+(reward models, at one version), runs the recipe's credit step on it (rewards -> advantages,
+orchestrator.credit) and lets the recipe learn (learners step, channels publish), then evaluates,
 checkpoints and reports. With `train.max_staleness = 0` generation waits for the weights of the
 step before; with k > 0 it runs up to k versions ahead while the learner trains. Recipes differ in
-the stages they plug in, not in copies of this loop. The driver passes object refs and never pulls
-token data.
+the stages they plug in, not in copies of this loop. The driver passes object refs; it reads a
+train batch's tokens once a step, in the credit step (as verl's and prime-rl's drivers do).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class RunContext:
     last_eval_step: int | None = None  # the step of last_eval
     stop_requested: str | None = None  # set by SIGINT/SIGTERM: checkpoint and exit after this step
     rollouts: Any = None  # the recipe's batch source (orchestrator.rollouts.Rollouts for RL)
+    credit: Any = None  # the recipe's credit step (orchestrator.credit.Credit), None where it has none
     versions: dict[str, int] = field(default_factory=dict)  # learner role -> its latest version
     stage_seconds: dict = field(default_factory=dict)  # batch-stage scoring time per source, this step
     run: Any = None  # the orchestrator.run.Run a stage's context belongs to (a stage may nest a run in it)
@@ -101,6 +103,10 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             t_take = time.perf_counter()
             tables = await recipe.score_batch(ctx, [p.table for p in pieces])
             t_score = time.perf_counter()
+            credited = {}
+            if ctx.credit is not None:  # rewards -> advantages, on the driver (orchestrator.credit)
+                tables, credited = await ctx.credit.run(tables)
+            t_credit = time.perf_counter()
             dump = str(ctx.run_dir / "rollouts" / f"step_{step}.parquet") if cfg.train.dump_rollouts else None
             if colocated:  # the batch is generated and scored: the generators idle until the publish
                 colocated = await sleep_generators(ctx)
@@ -111,9 +117,9 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             step_s = t_learn - t0
             ctx.step = step
             samples = sum(p.samples for p in pieces)
-            row = {"step": step, "time_s": round(ctx.elapsed(), 3), **metrics,
+            row = {"step": step, "time_s": round(ctx.elapsed(), 3), **credited, **metrics,
                    "time/wait_rollouts_s": t_take - t0, "time/score_batch_s": t_score - t_take,
-                   "time/learn_s": t_learn - t_score, "time/step_s": step_s,
+                   "time/credit_s": t_credit - t_score, "time/learn_s": t_learn - t_credit, "time/step_s": step_s,
                    "time/driver_cpu_s": time.process_time() - cpu_mark,
                    "time/generate_s": _piece_time(pieces, "generate_s", ctx, "generator"),
                    "time/verify_s": _piece_time(pieces, "verify_s", ctx, "verifier"),

@@ -25,6 +25,9 @@ async def ready(pools: dict) -> None:
         try:
             await pool.ready()
         except ray.exceptions.RayActorError as e:
+            oom = getattr(pool, "_out_of_memory", None)
+            if oom is not None and oom("__init__", e):
+                raise pool.fatal from None
             raise RoleError(f"role {name!r}: {startup_error(e)}") from None
 
     await asyncio.gather(*[one(name, p) for name, p in pools.items()])

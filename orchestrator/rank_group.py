@@ -20,7 +20,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.registry import import_path
-from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, exit_detail
+from orchestrator.roles import ACTOR_ERRORS, Pool, RoleError, exit_detail, placed
 
 log = logging.getLogger("coevo")
 RANK_METHODS = ("rendezvous", "init_distributed")  # what a learner class needs to join a group
@@ -29,8 +29,10 @@ SETTLE_S = 5.0  # after a rank's call fails, how long the others' answers may ta
 
 class RankGroup(Pool):
     """The pool of a learner with several ranks: SPMD calls, one answer (rank 0's)."""
+    unit = "rank"
 
     def __init__(self, name: str, spec, config):
+        spec = placed(spec)
         # refused before a placement group is reserved or an actor started
         cls = import_path(spec.actor, what=f"role {name!r} actor")
         missing = [m for m in RANK_METHODS if not hasattr(cls, m)]
@@ -109,6 +111,11 @@ class RankGroup(Pool):
             # (restart the run) from a rank whose code raised (a bug: end the run).
             await asyncio.wait(calls, timeout=SETTLE_S)
             errors = [c.exception() if c.done() and not c.cancelled() else None for c in calls]
+            oom = next((i for i, e in enumerate(errors) if e is not None and self._out_of_memory(method, e, i)), None)
+            if oom is not None:  # before any death it caused (a peer's watchdog): a restart would run out again
+                fatal = self.fatal
+                self._stop_ranks()
+                raise fatal
             dead = [i for i, e in enumerate(errors) if isinstance(e, ACTOR_ERRORS)]
             if dead:
                 rank = dead[0]

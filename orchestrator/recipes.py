@@ -1,5 +1,6 @@
-"""Recipes by name: a recipe declares the roles it needs, the weight channels between them and the
-stages a batch goes through; the one loop (orchestrator.loop) runs every recipe.
+"""Recipes by name: a recipe declares the roles it needs, the weight channels between them, the
+stages a batch goes through and its credit step (orchestrator.credit); the one loop
+(orchestrator.loop) runs every recipe.
 
 Built-in recipes live in pipelines/ and are named here by import path, so the orchestrator never
 imports them until one is asked for; a user recipe is any `module:Class` subclassing `Recipe`.
@@ -98,6 +99,13 @@ class Recipe:
         """At most how many loop steps a run takes, and whether it may end before them (the progress
         estimate's basis): train.max_steps, ending early at train.stop_at_accuracy."""
         return config.train.max_steps, config.train.stop_at_accuracy is not None
+
+    @classmethod
+    def credit(cls, config, sources: Sources):
+        """The credit step between scoring and learning (orchestrator.credit.Credit: aggregation,
+        advantages, process weights), which the loop runs on each train batch and checkpoints; None
+        where the batches train as they are (pairs, a reward model's rollouts)."""
+        return None
 
     def channels(self, ctx) -> dict:
         return {}

@@ -40,6 +40,9 @@ KINDS = ("learner", "generator", "verifier", "scorer")
 # restarted, so it has none unless the user sets one; the others get room for a slow first call.
 DEFAULT_TIMEOUT_S = {"learner": None, "generator": 1800.0, "verifier": 900.0, "scorer": 1800.0}
 _KIND_DEFAULT = "kind default"
+AUTO = "auto"  # num_gpus: placed by orchestrator.placement
+# the kinds that run a model: where the cluster has GPUs, num_gpus=auto gives them a share
+MODEL_KINDS = ("learner", "generator", "scorer")
 
 
 @dataclass
@@ -57,7 +60,7 @@ class RoleSpec:
     scale_up_busy_frac: float = 0.9
     scale_up_wait_frac: float = 0.1
     num_cpus: float = 1
-    num_gpus: float = 0
+    num_gpus: float | str = AUTO  # AUTO: orchestrator.placement decides (0 where nothing did)
     threads: int = 0
     max_restarts: int = 10
     timeout_s: float | None | str = _KIND_DEFAULT  # None or 0: no limit
@@ -127,9 +130,13 @@ def resolve(spec: RoleSpec, override, config=None) -> RoleSpec:
     run at once: on 2 cores, a generator and a learner with 2 threads each ran 5x slower than with
     one each, their spinning OpenMP threads starving each other)."""
     values = {k: getattr(override, k) for k in override.model_fields_set} if override is not None else {}
+    if values.get("num_gpus") == AUTO:  # the recipe's, or what placement decided for it
+        del values["num_gpus"]
     if "replicas" in values:  # min/max come from the user's replicas, not the recipe's
         values["min_replicas"] = values["max_replicas"] = 0
     spec = RoleSpec(**{**spec.__dict__, **values})
+    if spec.num_gpus == AUTO:  # nothing placed it (a CPU-only cluster): as before GPUs were placed
+        spec.num_gpus = 0.0
     if spec.kind == "verifier" and "replicas" not in values and config is not None:
         spec = verifier_share(spec, config)
     if not spec.threads and config is not None:
@@ -137,6 +144,11 @@ def resolve(spec: RoleSpec, override, config=None) -> RoleSpec:
         spec.threads = config.train.threads or (max(1, int(spec.num_cpus)) if overlapping else 0)
         spec.shared_threads = overlapping and not config.train.threads
     return spec
+
+
+def placed(spec: RoleSpec) -> RoleSpec:
+    """`spec` with a number of GPUs: one that nothing placed (resolve does) runs on the CPU."""
+    return RoleSpec(**{**spec.__dict__, "num_gpus": 0.0}) if spec.num_gpus == AUTO else spec
 
 
 GENERATORS_PER_VERIFIER = 8
@@ -160,7 +172,10 @@ def verifier_share(spec: RoleSpec, config) -> RoleSpec:
 
 
 class Pool:
+    unit = "replica"  # what its members are called in messages
+
     def __init__(self, name: str, spec: RoleSpec, config):
+        spec = placed(spec)
         self.name, self.spec = name, spec
         cls = import_path(spec.actor, what=f"role {name!r} actor")
         self.class_name = cls.__name__
@@ -309,6 +324,8 @@ class Pool:
             except ACTOR_ERRORS as e:
                 self._lost(rep, e)
             except ray.exceptions.RayTaskError as e:
+                if self._out_of_memory(method, e, rep.index):
+                    raise self.fatal from None
                 if not _is_stale(e):
                     raise
                 self._lost(rep, e)
@@ -319,6 +336,19 @@ class Pool:
             if replica is not None or attempts > len(self.replicas) * (max(self.spec.max_restarts, 1) + 1):
                 raise RoleError(f"role {self.name!r}: {method} failed {attempts} times; replicas keep dying",
                                 lost_learner=self.spec.learner)
+
+    def _out_of_memory(self, method: str, error: BaseException, replica: int | None = None) -> bool:
+        """An out-of-memory error ends the run (orchestrator.memory): the pool turns fatal with the
+        role, the phase and the settings that lower memory; nothing is retried or restarted."""
+        from orchestrator.memory import is_oom, out_of_memory
+
+        if not is_oom(error):
+            return False
+        if self.fatal is None:
+            where = f"{self.unit} {replica}" if replica is not None and len(self.replicas) > 1 else ""
+            self.fatal = out_of_memory(self.name, self.spec.kind, method, error, self._config, self.spec.num_gpus, where)
+            log.error("%s", self.fatal)
+        return True
 
     def _replica(self, index: int) -> Replica:
         for rep in self.replicas:
@@ -394,14 +424,19 @@ class Pool:
                                       for r in self.replicas if not r.dead])
 
     # ---- weights -----------------------------------------------------------------------------------
-    async def set_weights(self, version: int, payload: ray.ObjectRef, wait: bool = True) -> None:
+    async def set_weights(self, version: int, payload: ray.ObjectRef | None, wait: bool = True,
+                          via: dict | None = None, export=None) -> None:
         """Send a published version to every replica. Each replica applies it between its requests
-        (actor calls run in order); it gets new work only once it has acknowledged the version."""
+        (actor calls run in order); it gets new work only once it has acknowledged the version.
+        `via`: replica index -> a payload of its own (CUDA IPC handles: actors.weight_ipc) that it
+        tries first, falling back to the object store's; `export`: makes the object-store payload
+        where `payload` is None (every replica had one of its own), only if one is needed."""
         if self.fatal is not None:
             raise self.fatal
         self.version, self.published = version, True
-        self.weights, self.weights_version, self._export = payload, version, None
-        syncs = [self._sync(r, version, payload) for r in self.replicas if r.alive]
+        self.weights, self.weights_version, self._export = payload, version, (export if payload is None else None)
+        via = via or {}
+        syncs = [self._sync(r, version, payload, via.get(r.index)) for r in self.replicas if r.alive]
         if wait:
             await asyncio.gather(*syncs)
             if self.fatal is not None:
@@ -435,9 +470,12 @@ class Pool:
         async with self._changed:
             self._changed.notify_all()
 
-    async def _sync(self, rep: Replica, version: int, payload) -> None:
+    async def _sync(self, rep: Replica, version: int, payload, own=None) -> None:
         try:
-            await rep.handle.update_weights.remote(version, payload)
+            if own is None or not await self._took_own(rep, version, own):
+                if payload is None:  # every replica was to take a payload of its own: make the common one now
+                    version, payload = await self.payload()
+                await rep.handle.update_weights.remote(version, payload)
             rep.version = max(rep.version, version)
         except ACTOR_ERRORS as e:
             self._lost(rep, e)
@@ -446,12 +484,34 @@ class Pool:
         async with self._changed:
             self._changed.notify_all()
 
+    own_fallbacks = 0  # replicas whose own payload (CUDA IPC) failed, served by the object store instead
+
+    async def _took_own(self, rep: Replica, version: int, own) -> bool:
+        """Install `version` from the replica's own payload; False where that failed for a reason the
+        object store may not share (a handle it could not open; the learner's GPU too full for the
+        copy it shares), which is then logged and counted. A payload that does not fit fails the
+        same either way: raised."""
+        try:
+            await rep.handle.update_weights.remote(version, own)
+            return True
+        except ray.exceptions.RayTaskError as e:
+            if type(e.cause).__name__ == "WeightMismatchError":
+                raise
+            from orchestrator.errors import actor_error_message
+            self.own_fallbacks += 1
+            log.warning("role %s: replica %d could not take weights version %d over CUDA IPC (%s); sending them "
+                        "through the object store", self.name, rep.index, version,
+                        actor_error_message(e).splitlines()[0][:300])
+            return False
+
     def _rejected(self, rep: Replica, version: int, error: ray.exceptions.RayTaskError) -> None:
         """A live replica refused a weight update (keys, shapes, dtypes, a load that raised). It
         would wait for that version forever; the same payload would fail again on a restart, so
         the run stops with the cause (fail closed, never train on mixed weights)."""
         from orchestrator.errors import actor_error_message
 
+        if self._out_of_memory("update_weights", error, rep.index):
+            return
         if self.fatal is None:
             self.fatal = RoleError(f"role {self.name!r} ({self.class_name}): replica {rep.index} rejected weights "
                                    f"version {version}: {actor_error_message(error)}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from orchestrator import checkpoint as ckpt
-from orchestrator import cluster, frozen, names
+from orchestrator import cluster, fit, frozen, names, placement
 from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
 from orchestrator.data import PromptSampler, load_prompts
@@ -21,7 +21,7 @@ from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
 from orchestrator.pools import build_pools, ready
-from orchestrator.roles import RoleError
+from orchestrator.roles import RoleError, resolve
 from orchestrator.session import Session, session_record
 from orchestrator.stage_driver import StageDriver
 from orchestrator.stages import Stopped, until_stopped
@@ -69,6 +69,7 @@ class Run:
         self.progress = RunProgress()
         self.ctx: RunContext | None = None
         self.nested: list[Run] = []  # runs a stage runs inside this one (an auto reward model's)
+        self._placed: set[str] = set()  # pools whose placement was printed
 
     # ---- sources ------------------------------------------------------------------------------------
     def _learner_roles(self) -> list[str]:
@@ -112,6 +113,7 @@ class Run:
             self._install_signals()
         else:
             local = False
+        self.gpu_plan = self._plan_gpus(local, nested)
         session.add("ray_start", time.perf_counter() - t_start)
         # from here to the loop: the warm-up stages (timed by the stage driver) and the actors' start
         t_actors, counted = time.perf_counter(), sum(session.phases.values())
@@ -134,14 +136,15 @@ class Run:
                 sources.policy = str(self.run_dir / self._frozen["policy"])
             sources.reward_models = {n: str(self.run_dir / rel) for n, rel in self._frozen["reward_models"].items()}
         self._policy_source = sources.policy
-        roles = self.recipe.roles(cfg, sources)
+        roles = self.role_specs(sources)
         cluster.check_resources(cfg, roles, local)
         pools.update(build_pools({k: v for k, v in roles.items() if k not in pools}, cfg))
         sampler = PromptSampler(prompts.train, cfg.seed, **(self.state["sampler"] if self.state else {}))
         metrics = MetricsSink(self.run_dir, resume_step=self.state["step"] if self.state else 0 if self.restarted else None,
                               ray_metrics=not nested)
         ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts, sampler=sampler,
-                                    pools=pools, metrics=metrics, progress=self.progress)
+                                    pools=pools, metrics=metrics, progress=self.progress,
+                                    credit=self.recipe.credit(cfg, sources))
         ctx.stop_requested = self._pending_stop
         after = ("the same --resume goes on from the same checkpoint" if self.state else
                  "the warm-up stages are cached, and the same command goes on from there (reusing an --output-dir)")
@@ -194,6 +197,7 @@ class Run:
         """The run's actors up, its state restored (or its references saved), weights published, and
         the recipe's own preparation (held-out pairs, a rehearsal set)."""
         await ready(ctx.pools)
+        await self.report_placement(ctx.pools)
         for line in filter(None, (pool.describe() for pool in ctx.pools.values())):
             self.progress.print(line)
         ctx.channels = self.recipe.channels(ctx)
@@ -203,6 +207,38 @@ class Run:
             await self._save_references(ctx)
         await self._publish_all(ctx)
         await self.recipe.prepare(ctx)
+
+    # ---- GPUs (orchestrator.placement) ----------------------------------------------------------------
+    def _plan_gpus(self, local: bool, nested: bool) -> placement.Plan:
+        """GPUs for the roles that say auto. An embedded cluster's GPUs count only where this torch can
+        use CUDA; a joined cluster's are taken at Ray's word. A nested run (a stage's, on this run's
+        Ray) plans with what is still free, and with its parent's verdict on CUDA."""
+        import ray
+
+        cfg = self.config
+        if self.gpus_usable is None:
+            self.gpus_usable = placement.cuda_usable() if local else True
+        roles = {**self.recipe.stage_roles(cfg, Sources()), **self.recipe.roles(cfg, Sources())}
+        resources = ray.available_resources() if nested else ray.cluster_resources()
+        plan = placement.make_plan(cfg, roles, resources, self.gpus_usable)
+        for note in plan.notes:
+            self.progress.print(note)
+        # the roles' models against their GPU shares, where this process sees the GPU they run on
+        one_node = local or sum(n.get("Alive", False) for n in ray.nodes()) == 1
+        gpu = fit.gpu_memory() if one_node and self.gpus_usable and not nested else None
+        fit.check_fit(cfg, {n: resolve(s, cfg.roles.get(n), cfg) for n, s in plan.assign(roles).items()}, gpu)
+        return plan
+
+    def role_specs(self, sources: Sources, stand_ins: bool = False) -> dict:
+        """The recipe's roles (`stand_ins`: its stage roles) with the GPUs planned for them."""
+        make = self.recipe.stage_roles if stand_ins else self.recipe.roles
+        return self.gpu_plan.assign(make(self.config, sources))
+
+    async def report_placement(self, pools: dict) -> None:
+        """Print where the replicas of pools not yet reported landed, where any asked for a GPU."""
+        line = await placement.landed(pools, self._placed)
+        if line:
+            self.progress.print(line)
 
     async def _publish_all(self, ctx: RunContext) -> None:
         for name, channel in ctx.channels.items():
@@ -225,6 +261,12 @@ class Run:
                 raise ValueError(f"{self.resume_from / ckpt.STATE_FILE}: held state for role {role!r}, but this "
                                  f"recipe has no such role with shared statistics ({sorted(ctx.pools)})")
             pool.held.load_state_dict(saved)
+        if ctx.credit is not None:  # before the credit step left the learner, the policy learner held its state
+            from orchestrator.credit import legacy_state
+
+            saved = state["credit"] if "credit" in state else legacy_state(self.resume_from / "policy_learner")
+            if saved:
+                ctx.credit.load_state_dict(saved)
         ctx.step, ctx.offset_s = state["step"], state["time_s"]
         state["rollouts"]["pieces"] = ckpt.read_pieces(self.resume_from, state["rollouts"].pop("pieces_index", []))
         state["rollouts"]["tables"] = ckpt.read_tables(self.resume_from, state["rollouts"].pop("tables_index", []))
@@ -251,11 +293,14 @@ class Run:
             frozen.into_checkpoint(tmp, self.run_dir, self._frozen, learners)
         state = {"step": ctx.step, "time_s": ctx.elapsed(), "sampler": ctx.sampler.state(),
                  "learners": learners, "versions": ctx.versions, "rollouts": snap, "held": held,
+                 "credit": ctx.credit.state_dict() if ctx.credit is not None else None,
                  "frozen": self._frozen, "policy_source": self._policy_source,
                  "reward_models": self._reward_model_sources, "recipe": self.config.recipe,
                  "warm_start": self._warm_start}
         return ckpt.commit(tmp, state, self.config.train.keep_checkpoints)
 
+    gpu_plan: placement.Plan = placement.Plan()
+    gpus_usable: bool | None = None  # whether this torch can use the cluster's GPUs (None: not asked yet)
     _reward_model_sources: dict = {}
     _stop_event: asyncio.Event | None = None
     stage_step: tuple[int, int] | None = None  # a running stage's (step, budget), for a stop's message

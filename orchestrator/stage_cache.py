@@ -11,8 +11,10 @@ from pathlib import Path
 def cache_key(config, extra: dict | None = None) -> str:
     """Everything that changes the warm model (not where the cache lives)."""
     # a kernel choice left at transformers' default is not in the key, so keys made before the
-    # setting existed still hit; a chosen kernel changes the warm model's rounding, so it is
-    model = config.model.model_dump(exclude=None if config.model.attn_implementation else {"attn_implementation"})
+    # setting existed still hit; a chosen kernel changes the warm model's rounding, so it is. The same
+    # for model.dtype (the generator's, which evaluates the warm-up): auto is out, a chosen one in
+    unset = {k for k, v in (("attn_implementation", None), ("dtype", "auto")) if getattr(config.model, k) == v}
+    model = config.model.model_dump(exclude=unset or None)
     key = {"model": model, "data": config.data.model_dump(exclude={"analogs"}),
            "seed": config.seed,
            "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),

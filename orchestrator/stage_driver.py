@@ -71,18 +71,19 @@ class StageDriver:
         run, cfg = self.run, self.run.config
         missing = [r for r in roles if r not in self.pools]
         if missing:
-            mine = run.recipe.roles(cfg, Sources(policy=sources.policy))
-            stand_ins = run.recipe.stage_roles(cfg, Sources(policy=sources.policy))
+            mine = run.role_specs(Sources(policy=sources.policy))
+            stand_ins = run.role_specs(Sources(policy=sources.policy), stand_ins=True)
             lacking = [r for r in missing if r not in mine and r not in stand_ins]
             if lacking:
                 raise ValueError(f"recipe {cfg.recipe!r}: a stage needs the roles {lacking}, which neither its "
                                  f"roles nor its stage_roles() declare")
             if "policy_learner" not in self.pools:  # a clear shortage message, not actors that never start
-                cluster.check_resources(cfg, run.recipe.roles(cfg, sources), self.local)
+                cluster.check_resources(cfg, run.role_specs(sources), self.local)
             t0 = time.perf_counter()
             self.pools.update(build_pools({r: mine.get(r, stand_ins.get(r)) for r in missing}, cfg))
             self.temporary |= {r for r in missing if r not in mine}
             await ready(self.pools)
+            await run.report_placement(self.pools)
             self.starting_s += time.perf_counter() - t0
         ctx = run.ctx = RunContext(config=cfg, run_dir=run.run_dir, prompts=self.prompts,
                                    sampler=PromptSampler(self.prompts.train, cfg.seed), pools=dict(self.pools),

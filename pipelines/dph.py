@@ -47,7 +47,7 @@ class DPH(GRPO):
         """The rehearsal set, drawn once from the initial policy (a resumed run has it already)."""
         await super().prepare(ctx)
         learner = ctx.pools["policy_learner"]
-        if await learner.call("rehearsal_size", table=False):
+        if await learner.call("call_objective", "rehearsal", "size", table=False):
             return
         cfg, gen, ver = ctx.config.dph, ctx.pools["generator"], ctx.pools["verifier"]
         train = ctx.prompts.train
@@ -66,6 +66,6 @@ class DPH(GRPO):
             source = ctx.config.fn_rewards()[0].name
             score = table.column(f"reward.{source}").to_numpy(zero_copy_only=False).astype(np.float64)
             table = table.filter(pa.array(np.nan_to_num(score, nan=-np.inf) >= cfg.threshold))
-        size = await learner.call("set_rehearsal", table, table=False)
+        size = await learner.call("call_objective", "rehearsal", "set", table, table=False)
         ctx.progress.print(f"dph: rehearsal set of {size} samples from the initial policy "
                            f"({cfg.prompts} prompts x {cfg.samples}, keep {cfg.keep}, {cfg.divergence})")

@@ -1,6 +1,7 @@
 """GRPO against verifiable rewards, optionally with reward models as extra reward sources:
 generate -> verify (per piece, as soon as it is generated) -> reward models (whole batch, one
-version) -> learn -> publish the policy to the generators."""
+version) -> credit (aggregation, advantages: on the driver) -> learn -> publish the policy to the
+generators."""
 
 from __future__ import annotations
 
@@ -8,13 +9,20 @@ import asyncio
 import time
 
 from orchestrator.channels import Channel
+from orchestrator.credit import Credit, Outcome
 from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.recipes import Recipe, Sources, policy_roles
 from orchestrator.reward_health import health_info
 from orchestrator.roles import RoleSpec
+from pipelines.laser_reward import SelfReward
 
 
 class GRPO(Recipe):
+    """The policy-gradient recipe the others build on. What a subclass changes is declared here, in
+    one place each: `extra_objectives` (what its policy learner hosts beside the RL step and the
+    warm-ups), `advantages` and `process_weight` (its credit step), `settings` (its config
+    section, whose `cross_check` holds its rules)."""
+
     name = "grpo"
 
     @classmethod
@@ -23,12 +31,37 @@ class GRPO(Recipe):
         return []
 
     @classmethod
+    def objectives(cls, config) -> list:
+        """The policy learner's objectives, each with its options: the RL step and the warm-ups'
+        (actors.learner.DEFAULT_OBJECTIVES), LaSeR's alignment where a reward source is `laser: true`,
+        then the recipe's own."""
+        from actors.learner import DEFAULT_OBJECTIVES
+
+        laser = [config.laser.objective(config)] if config.laser_rewards() else []
+        return [*DEFAULT_OBJECTIVES, *laser, *cls.extra_objectives(config)]
+
+    @classmethod
+    def advantages(cls, config):
+        """How the credit step estimates advantages: the configured outcome estimator."""
+        return Outcome(config)
+
+    @classmethod
+    def process_weight(cls, config) -> float:
+        """The coefficient of the process advantages of `token_rewards` (a verifier's dense rewards: 1)."""
+        return 1.0
+
+    @classmethod
+    def credit(cls, config, sources: Sources) -> Credit:
+        """Aggregation (after LaSeR's self-reward where a source is `laser: true`), then
+        `advantages` and the process advantages times `process_weight` (orchestrator/credit.py)."""
+        rewards = [SelfReward(config, sources.policy)] if config.laser_rewards() else []
+        return Credit(config, advantages=cls.advantages(config), process_weight=cls.process_weight(config),
+                      rewards=rewards)
+
+    @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
         roles = policy_roles(sources)
-        extra = cls.extra_objectives(config)
-        if extra:
-            from actors.learner import default_objectives
-            roles["policy_learner"].kwargs = {"objectives": default_objectives(config) + extra}
+        roles["policy_learner"].kwargs = {"objectives": cls.objectives(config)}
         if config.model_rewards():
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), kind="scorer",
                                               num_cpus=0)

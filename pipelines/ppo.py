@@ -1,19 +1,22 @@
 """PPO with a critic (Schulman et al. 2017; as in verl and OpenRLHF): a `critic` learner -- a value
 head on the policy's architecture, started from the policy's weights, with its own optimizer and
-value clipping -- values every response token of a batch at one version; the policy learner turns
+value clipping -- values every response token of a batch at one version; the credit step turns
 the outcome reward and those values into per-token GAE advantages (algorithm.advantage: gae) and
-the critic then trains on the returns. Generation and verification are GRPO's."""
+returns; the policy trains on the advantages while the critic trains on the returns. Generation
+and verification are GRPO's."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Optional
 
 from pydantic import Field
 
 from orchestrator.config import Section
+from orchestrator.credit import GAE
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
-from pipelines.grpo import GRPO, publish
+from pipelines.grpo import GRPO
 
 
 class PPOConfig(Section):
@@ -44,20 +47,24 @@ class PPO(GRPO):
                                            "lr": ppo.critic_lr, "reference": False})
         return roles
 
+    @classmethod
+    def advantages(cls, config) -> GAE:
+        """The credit step runs GAE on the critic's values; the batch gains the critic's `returns`."""
+        ppo = config.ppo
+        return GAE(ppo.gamma, ppo.lam, ppo.whiten_advantages)
+
     async def score_batch(self, ctx, tables: list) -> list:
         """The critic values the whole batch at one version (it trains only between batches)."""
         tables = await super().score_batch(ctx, tables)
-        valued = [await ctx.pools["critic"].call("values_of", t) for t in tables]
+        valued = [await ctx.pools["critic"].call("call_objective", "value", "values_of", t) for t in tables]
         return [t for t, _ in valued]
 
     async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
-        import time
-
-        returns, metrics = await ctx.pools["policy_learner"].call("train_step_returns", *tables, dump_path=dump_path)
-        critic = await ctx.pools["critic"].call("train_values", returns, table=False)
+        """The policy on the GAE advantages and the critic on the returns, at once (both come from
+        the credit step)."""
+        policy, critic = await asyncio.gather(
+            super().learn(ctx, tables, dump_path),
+            ctx.pools["critic"].call("call_objective", "value", "step", *tables, table=False))
         ctx.versions["critic"] = critic.pop("version")
         critic["critic/grad_norm"] = critic.pop("train/grad_norm")
-        mark = time.perf_counter()
-        await publish(ctx, "policy", metrics["version"])
-        return {**metrics, **critic, "critic/version": ctx.versions["critic"],
-                "time/publish_s": time.perf_counter() - mark}
+        return {**policy, **critic, "critic/version": ctx.versions["critic"]}

@@ -1,7 +1,7 @@
 """PRIME (Cui et al. 2025): GRPO-style training on dense implicit process rewards combined with the
 outcome reward. Per step: the implicit PRM (its own learner, initialised from the policy) updates on
-the verifier's outcome labels for the batch and scores it into `token_rewards`; the policy learner
-adds their leave-one-out-baselined returns (x prime.process_weight) to the outcome advantage."""
+the verifier's outcome labels for the batch and scores it into `token_rewards`; the credit step adds their
+leave-one-out-baselined returns (x prime.process_weight) to the outcome advantage."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ class Prime(GRPO):
         roles["prm_learner"] = RoleSpec("actors.prm_learner:ImplicitPRM", (start, reference), kind="learner",
                                         num_cpus=0)
         return roles
+
+    @classmethod
+    def process_weight(cls, config) -> float:
+        """The credit step adds the implicit process rewards' advantages times prime.process_weight."""
+        return config.prime.process_weight
 
     async def score_batch(self, ctx, tables: list) -> list:
         tables = await super().score_batch(ctx, tables)

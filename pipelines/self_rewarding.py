@@ -286,6 +286,11 @@ class SelfRewarding(GRPO):
         roles.pop("judge", None)  # the generators judge: one pool holds each iteration's weights
         return roles
 
+    @classmethod
+    def credit(cls, config, sources: Sources):
+        """None: the batches are preference pairs, trained on as they are."""
+        return None
+
     def make_source(self, ctx, state):
         self.source = IterationSource(ctx, self, state)
         return self.source

@@ -73,7 +73,8 @@ class SparkConfig(Section):
     def objective(self, config) -> dict:
         """The self_judge objective's options."""
         return {"name": "self_judge", **self.model_dump(exclude={"eval_prompts", "opponents"}),
-                "reflect_tokens": self.reflect_tokens or config.rollout.max_new_tokens}
+                "reflect_tokens": self.reflect_tokens or config.rollout.max_new_tokens,
+                "template": config.judge.template, "yes": config.judge.yes, "no": config.judge.no}
 
 
 class Spark(GRPO):

@@ -12,8 +12,9 @@ Each step, beside GRPO on the policy:
 3. the critic judges each played variant and (`spc.judge_correct`) each correct step rewritten: it
    accepts a step when P(yes) >= 0.5;
 4. winner +1, loser -1 (`game_rewards`);
-5. the sneaky learner takes a GRPO step on its variants (a correct step's variants are one group),
-   the critic learner a step on its expected game reward, and each publishes to its own pool.
+5. the sneaky learner takes a GRPO step on its variants (a correct step's variants are one group;
+   its own credit step, `sneaky_credit`, aggregates the game reward alone), the critic learner a
+   step on its expected game reward, and each publishes to its own pool.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from actors.judging import render, verdict_logprobs
 from actors.learner import Learner
 from orchestrator.channels import Channel
 from orchestrator.config import Section, template_fields
+from orchestrator.credit import Credit
 from orchestrator.evaluation import auroc, labelled_scores
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
@@ -123,16 +125,6 @@ def batch_auroc(table: pa.Table, critic: str, label: str) -> float | None:
     return auroc(score, truth >= 0.5)
 
 
-class SneakyLearner(Learner):
-    """A policy learner whose reward is the game's (`reward.game`), not the run's reward sources."""
-
-    def __init__(self, config, model_source: str | None = None, role: dict | None = None, **kwargs):
-        from actors.rewards.aggregate import Aggregator
-
-        super().__init__(config, model_source, role, **kwargs)
-        self.objective("policy_gradient", "__init__").aggregator = Aggregator({"weights": {GAME: 1.0}}, sources=[GAME])
-
-
 class CriticLearner(Learner):
     """The critic: its verdict on a step is P(judge.yes) against P(judge.no) after judge.template (the
     judge pool's read-out). It trains on the expected game reward under that two-way distribution,
@@ -186,7 +178,7 @@ class SPC(GRPO):
         roles["sneaky"] = RoleSpec("actors.generator:Generator", (sneaky,), kind="generator", num_cpus=0)
         roles["critic_learner"] = RoleSpec("pipelines.spc:CriticLearner", (critic,), {"lr": spc.critic_lr},
                                            kind="learner", num_cpus=0)
-        roles["sneaky_learner"] = RoleSpec("pipelines.spc:SneakyLearner", (sneaky,),
+        roles["sneaky_learner"] = RoleSpec("actors.learner:Learner", (sneaky,),
                                            {"lr": spc.sneaky_lr, "objectives": ["policy_gradient"]},
                                            kind="learner", num_cpus=0)
         return roles
@@ -265,7 +257,15 @@ class SPC(GRPO):
         return metrics
 
     async def _learn_sneaky(self, ctx, table: pa.Table) -> dict:
-        metrics = await ctx.pools["sneaky_learner"].call("train_step", table, table=False)
+        """The sneaky learner's credit step (its game reward only, the configured estimator), then its step."""
+        table, credit = await asyncio.to_thread(sneaky_credit(ctx.config).apply, table)
+        metrics = {**credit, **await ctx.pools["sneaky_learner"].call("train_step", table, table=False)}
         await publish(ctx, "sneaky", metrics["version"])
         keep = ("train/", "reward/mean", "samples/", "version")
         return {f"sneaky/{k}": v for k, v in metrics.items() if k.startswith(keep)}
+
+
+def sneaky_credit(config) -> Credit:
+    """The sneaky generator's reward is the game's alone (`reward.game`, weight 1), not the run's
+    sources; it keeps no state across steps (no running statistics), so the checkpoint needs none."""
+    return Credit(config, aggregate={"weights": {GAME: 1.0}}, sources=[GAME])

@@ -106,3 +106,54 @@ def test_the_checks_see_a_circle_and_a_lazy_import(tmp_path: Path) -> None:
         assert imports(tmp_path / "m.py", {"orchestrator.run", "orchestrator"}) == {"orchestrator.run"}
     finally:
         ROOT = saved
+
+
+# ---- the learner knows no recipe: its objectives get their options as typed arguments --------------
+LEARNER_MODULES = ("actors/objectives/*.py", "actors/learner.py", "actors/trainable.py")
+
+
+def recipe_sections() -> set[str]:
+    """Config sections that belong to a recipe or one of its stages (ppo, prime, laser, judge, ...),
+    not to every run (orchestrator.config.Config)."""
+    from orchestrator.config import Config
+    from orchestrator.recipes import RECIPES
+    from orchestrator.settings import sections_of
+
+    return {key for name in RECIPES.names() for key in sections_of(RECIPES.get(name), Config.model_fields)}
+
+
+def _names_config(node: ast.expr) -> bool:
+    """`config`, `cfg`, `self.config`, `learner.config`, `lrn.config` ..."""
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return "config" in name.lower() or name == "cfg"
+
+
+def section_reads(path: Path, sections: set[str]) -> list[str]:
+    """Where `path` reads a recipe section off a config: `config.ppo`, `getattr(lrn.config, "prime")`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in sections and _names_config(node.value):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+              and node.args[1].value in sections and _names_config(node.args[0])):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_no_objective_or_learner_module_reads_a_recipe_section() -> None:
+    sections = recipe_sections()
+    assert {"ppo", "prime", "laser", "judge", "spark", "dph", "spc"} <= sections  # the check sees them
+    files = sorted({p for pattern in LEARNER_MODULES for p in ROOT.glob(pattern)})
+    assert len(files) > 5
+    assert [hit for p in files for hit in section_reads(p, sections)] == []
+
+
+def test_the_section_check_sees_a_read(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("def f(lrn, config, model):\n"
+                                   "    a = lrn.config.ppo.gamma\n"
+                                   "    b = getattr(lrn.config, 'prime', None)\n"
+                                   "    c = config.label_source(config.laser)\n"
+                                   "    return config.algorithm.lr + model.config.hidden_size + config.seed\n")
+    assert sorted(section_reads(tmp_path / "m.py", {"ppo", "prime", "laser"})) == [
+        "m.py:2: lrn.config.ppo", "m.py:3: getattr(lrn.config, 'prime', None)", "m.py:4: config.laser"]

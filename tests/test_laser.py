@@ -1,6 +1,6 @@
 """LaSeR's self-verification warm-up and class-balanced MSE, in-process (no Ray): the pairs it
-trains on, the balanced weights against hand-computed values, and that a few steps on the policy's
-own labelled samples fit r to the labels."""
+trains on, the balanced weights against hand-computed values, that a few steps on the policy's own
+labelled samples fit r to the labels, and the offset c, which the credit step keeps (not the learner)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from actors import batch as B
 from actors.learner import Learner
 from orchestrator.config import validate_config
 from orchestrator.data import arithmetic
+from pipelines.grpo import GRPO
+from pipelines.laser_reward import SelfReward, save_c, with_offset
 from pipelines.stages.laser import pair_batch, pair_indices
+from rl_step import train
 from test_learner import rollout_and_score
 
 TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
@@ -41,15 +44,27 @@ def test_pairs_come_only_from_prompts_with_a_correct_and_a_wrong_labelled_sample
     assert len(pair_batch(table, pairs, 10, np.random.default_rng(0))) == 6  # at most one pair a prompt
 
 
+def laser_learner(cfg) -> Learner:
+    """A policy learner as the recipe declares it: laser_align with the `laser` section's settings."""
+    return Learner(cfg, objectives=GRPO.objectives(cfg))
+
+
+def test_the_recipe_hands_laser_align_its_settings_as_arguments():
+    cfg = laser_config(balance=True, beta=0.5, mse_weight=2.0, token="N")
+    laser = laser_learner(cfg).objectives["laser_align"]
+    assert (laser.balance, laser.beta, laser.mse_weight, laser.label) == (True, 0.5, 2.0, "correct")
+    assert laser.token == laser.learner.tokenizer.convert_tokens_to_ids("N")
+
+
 @pytest.mark.parametrize("balance", [False, True])
 def test_the_mse_weights_sum_to_one_and_balance_the_classes(balance):
-    learner = Learner(laser_config(balance=balance))
+    laser = laser_learner(laser_config(balance=balance)).objectives["laser_align"]
     labels = torch.tensor([1.0, 1.0, 1.0, 0.0, float("nan")])
-    weight = learner._laser_class_weights(labels)(labels[:4])
+    weight = laser.class_weights(labels)(labels[:4])
     expected = [1 / 6, 1 / 6, 1 / 6, 1 / 2] if balance else [1 / 4] * 4
     assert weight.tolist() == pytest.approx(expected)
     one_class = torch.tensor([1.0, 1.0])
-    assert learner._laser_class_weights(one_class)(one_class).tolist() == pytest.approx([0.5, 0.5])
+    assert laser.class_weights(one_class)(one_class).tolist() == pytest.approx([0.5, 0.5])
 
 
 @pytest.fixture(scope="module")
@@ -62,41 +77,60 @@ def labelled():
     return cfg, B.replace_column(table, "reward.correct", pa.array(label))
 
 
-def test_self_verification_steps_fit_r_to_the_labels_and_fix_c(labelled):
+def test_self_verification_steps_fit_r_to_the_labels(labelled):
     cfg, table = labelled
-    learner = Learner(cfg)
-    assert learner.laser_c is None
-    first = learner.laser_align_steps([table], lr=1e-2, nll_weight=0.05)
-    c = first["laser_warmup/c"]
-    expected_c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))
-    assert c == pytest.approx(expected_c, rel=1e-6)
+    learner = laser_learner(cfg)
+    laser = learner.objectives["laser_align"]
+    c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))  # as the stage fixes it
+    batch = with_offset(table, c)
+    first = learner.call_objective("laser_align", "align_steps", [batch], 1e-2, 0.05)
     assert first["laser_warmup/nll"] > 0  # the correct samples' NLL is part of the loss
-    last = learner.laser_align_steps([table] * 40, lr=1e-2, nll_weight=0.05)
-    assert last["laser_warmup/c"] == c  # fixed once, as in RL
+    last = learner.call_objective("laser_align", "align_steps", [batch] * 40, 1e-2, 0.05)
     assert last["laser_warmup/mse"] < 0.5 * first["laser_warmup/mse"]
     ids, mask, positions, _, _, p_width = learner._sequences(table)
     with torch.no_grad():
         _, tail = learner._response_logits(learner.model, ids, mask, positions, p_width, after=True)
-    r = cfg.laser.beta * (torch.log_softmax(tail, -1)[:, learner.laser_token] - c)
+    r = cfg.laser.beta * (torch.log_softmax(tail, -1)[:, laser.token] - c)
     label = torch.tensor(table.column("reward.correct").to_numpy())
     assert r[label == 1].mean() > r[label == 0].mean() + 0.5  # r now tells the two classes apart
-    unlabelled = B.replace_column(table, "reward.correct", pa.nulls(table.num_rows, pa.float32()))
+    unlabelled = B.replace_column(batch, "reward.correct", pa.nulls(table.num_rows, pa.float32()))
     with pytest.raises(B.BatchError, match="reward.correct"):
-        learner.laser_align_steps([unlabelled], lr=1e-2, nll_weight=0.05)
-    with pytest.raises(B.BatchError, match="laser_logprob"):
-        learner.laser_align_steps([table.drop_columns(["laser_logprob"])], lr=1e-2, nll_weight=0.05)
+        laser.align_steps([unlabelled], 1e-2, 0.05)
+    with pytest.raises(B.BatchError, match=r"laser_align objective needs batch column\(s\) \['laser_c'\]"):
+        laser.align_steps([table], 1e-2, 0.05)
+    mixed = B.replace_column(batch, "laser_c", pa.array(np.arange(table.num_rows, dtype=np.float64)))
+    with pytest.raises(B.BatchError, match="'laser_c' must hold one finite value for the whole batch"):
+        laser.align_steps([mixed], 1e-2, 0.05)
 
 
-def test_the_saved_model_keeps_c_and_a_learner_built_from_it_uses_it(tmp_path, labelled):
+def test_the_credit_step_fixes_c_from_the_first_batch_writes_r_and_keeps_c_through_a_checkpoint(labelled):
     cfg, table = labelled
-    learner = Learner(cfg)
-    learner.laser_align_steps([table], lr=1e-2, nll_weight=0.05)
-    out = learner.save(str(tmp_path / "aligned"), optimizer=False)
-    assert Learner(cfg, model_source=out).laser_c == learner.laser_c
-    assert Learner(laser_config(c=-3.0), model_source=out).laser_c == -3.0  # an explicit c wins
-    # a configured c is not the model's: saving it must not hand it to a run that leaves c open
-    configured = Learner(laser_config(c=-3.0)).save(str(tmp_path / "configured"), optimizer=False)
-    assert Learner(cfg, model_source=configured).laser_c is None
+    part = SelfReward(cfg)
+    assert part.c is None
+    out = part(table)
+    lp = table.column("laser_logprob").to_numpy(zero_copy_only=False).astype(np.float64)
+    c = float(np.nanmean(lp))
+    assert part.c == c and out.column("laser_c").to_pylist() == [c] * table.num_rows
+    expected = (cfg.laser.beta * (lp - c)).astype(np.float32)
+    assert np.array_equal(out.column("reward.self").to_numpy(), expected)
+    shifted = B.replace_column(table, "laser_logprob", pa.array((lp - 1.0).astype(np.float32)))
+    assert part(shifted).column("laser_c")[0].as_py() == c  # fixed once
+    import json
+
+    resumed = SelfReward(cfg)
+    resumed.load_state_dict(json.loads(json.dumps(part.state_dict())))  # as loop_state.json holds it
+    assert resumed.c == c and part.metrics() == {"train/laser_c": c}
+    with pytest.raises(B.BatchError, match="laser_logprob"):
+        SelfReward(cfg)(table.drop_columns(["laser_logprob"]))
+
+
+def test_a_warmed_models_c_is_the_one_the_run_keeps(tmp_path):
+    """The warm-up saves its c beside the model (laser.json); a run from that model keeps it unless
+    laser.c is set; a model without one leaves c to the first batch."""
+    save_c(tmp_path / "aligned", -4.25)
+    assert SelfReward(laser_config(), str(tmp_path / "aligned")).c == -4.25
+    assert SelfReward(laser_config(c=-3.0), str(tmp_path / "aligned")).c == -3.0  # an explicit c wins
+    assert SelfReward(laser_config(), str(tmp_path)).c is None
 
 
 @pytest.mark.parametrize("micro_batch_size", [1, 64])
@@ -109,13 +143,14 @@ def test_the_balanced_mse_is_one_mean_over_the_update_whatever_the_micro_batches
     n = table.num_rows
     label = np.where(np.arange(n) % 2 == 0, np.nan, (np.arange(n) % 3 == 0).astype(np.float32))
     table = B.replace_column(table, "reward.correct", pa.array(label, pa.float32(), mask=np.isnan(label)))
-    learner = Learner(cfg)
+    learner = laser_learner(cfg)
     ids, mask, positions, _, _, p_width = learner._sequences(table)
     with torch.no_grad():
         _, tail = learner._response_logits(learner.model, ids, mask, positions, p_width, after=True)
-    r = (cfg.laser.beta * (torch.log_softmax(tail, -1)[:, learner.laser_token] + 5.0)).numpy()
+    token = learner.objectives["laser_align"].token
+    r = (cfg.laser.beta * (torch.log_softmax(tail, -1)[:, token] + 5.0)).numpy()
     ok = ~np.isnan(label)
     good, bad = ok & (label >= 0.5), ok & (label < 0.5)
     expected = 0.5 * np.mean((r[good] - 1) ** 2) + 0.5 * np.mean(r[bad] ** 2)
-    metrics = learner.train_step(table)
-    assert metrics["train/laser_mse"] == pytest.approx(expected, rel=1e-4)
+    metrics = train(learner, table)  # the credit step writes laser.c = -5 into the batch
+    assert metrics["train/laser_mse"] == pytest.approx(expected, rel=1e-4) and metrics["train/laser_c"] == -5.0

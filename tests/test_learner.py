@@ -19,6 +19,7 @@ from actors.verifier import Verifier
 from actors import batch as B
 from orchestrator.config import Config, validate_config
 from orchestrator.data import arithmetic
+from rl_step import credited, train
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
         "intermediate_size": 64}
@@ -99,7 +100,7 @@ METRIC_KEYS = ("reward/mean", "reward/std", "reward/varied/mean", "train/loss", 
 def test_train_step_updates_weights(config, scored):
     learner = Learner(config)
     before = weights(learner.model)
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     for key in METRIC_KEYS:
         assert key in metrics, key
     assert all(math.isfinite(float(v)) for v in metrics.values() if v is not None)
@@ -132,9 +133,9 @@ def test_behaviour_logprobs_match_learner(config, scored):
 
 
 def test_micro_batches_accumulate_to_the_same_step(config, scored):
-    full = Learner(config).train_step(scored)
-    small = Learner(config.model_copy(update={"algorithm": config.algorithm.model_copy(
-        update={"micro_batch_size": 3})})).train_step(scored)
+    full = train(Learner(config), scored)
+    small = train(Learner(config.model_copy(update={"algorithm": config.algorithm.model_copy(
+        update={"micro_batch_size": 3})})), scored)
     for key in ("train/loss", "train/pg_loss", "train/grad_norm", "train/clip_frac"):
         assert small[key] == pytest.approx(full[key], rel=1e-4, abs=1e-6), key
 
@@ -142,9 +143,9 @@ def test_micro_batches_accumulate_to_the_same_step(config, scored):
 def test_kl_term_with_reference(reward_fn, scored):
     learner = Learner(make_config(reward_fn, kl_coef=0.1))
     assert learner.reference is not None
-    first = learner.train_step(scored)
+    first = train(learner, scored)
     assert first["train/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before any step
-    second = learner.train_step(scored)
+    second = train(learner, scored)
     assert second["train/kl"] > 0
 
 
@@ -157,12 +158,12 @@ def test_nan_behaviour_logprob_skips_step(config, scored):
 
     learner = Learner(config)
     before = weights(learner.model)
-    metrics = learner.train_step(bad)
+    metrics = train(learner, bad)
     assert metrics["train/step_skipped"] == 1
     assert metrics["train/skipped_nonfinite"] == 1
     assert not changed(before, weights(learner.model))
     # the next good batch trains normally; the skip count is cumulative
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert metrics["train/step_skipped"] == 0
     assert metrics["train/skipped_nonfinite"] == 1
     assert changed(before, weights(learner.model))
@@ -179,7 +180,7 @@ def test_nan_policy_loss_skips_step(monkeypatch, config, scored):
     learner = Learner(config)
     learner.algo = config.algorithm.model_copy(update={"policy_loss": "nan_loss"})
     before = weights(learner.model)
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert metrics["train/step_skipped"] == 1
     assert metrics["train/skipped_nonfinite"] == 1
     assert not changed(before, weights(learner.model))
@@ -189,9 +190,9 @@ def test_user_advantage_estimator_is_used(monkeypatch, config, scored):
     monkeypatch.setattr(ADVANTAGES, "_items", dict(ADVANTAGES._items))
     ADVANTAGES.register("zero")(lambda rewards, groups: torch.zeros_like(rewards))
     learner = Learner(config)
-    learner.algo = config.algorithm.model_copy(update={"advantage": "zero"})
     before = weights(learner.model)
-    metrics = learner.train_step(scored)
+    zero = config.model_copy(update={"algorithm": config.algorithm.model_copy(update={"advantage": "zero"})})
+    metrics = train(learner, scored, config=zero)  # the credit step estimates the advantages
     assert metrics["train/advantage_abs_mean"] == 0
     assert metrics["train/grad_norm"] == 0
     assert not changed(before, weights(learner.model))  # zero advantage, zero gradient
@@ -200,7 +201,7 @@ def test_user_advantage_estimator_is_used(monkeypatch, config, scored):
 def test_dump_path_writes_advantages(tmp_path, config, scored):
     learner = Learner(config)
     path = tmp_path / "rollouts" / "step_1.parquet"
-    learner.train_step(scored, dump_path=str(path))
+    train(learner, scored, dump_path=str(path))
     df = pd.read_parquet(path)
     assert len(df) == scored.num_rows
     assert "advantages" in df.columns and "reward" in df.columns and "answer" in df.columns
@@ -218,7 +219,7 @@ def test_save_loads_with_transformers(tmp_path, config, scored):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     learner = Learner(config)
-    learner.train_step(scored)
+    train(learner, scored)
     out = learner.save(str(tmp_path / "ckpt"))
     assert (tmp_path / "ckpt" / "sharded" / ".metadata").is_file()  # the optimizer, any world size
     model = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
@@ -240,7 +241,7 @@ def test_save_loads_with_transformers(tmp_path, config, scored):
 
 def test_publish_updates_generator(config, prompts, scored):
     learner = Learner(config)
-    learner.train_step(scored)
+    train(learner, scored)
     gen = Generator(config, None)
     assert gen.update_weights(1, learner.publish()) == 1
     out, info = gen.generate(prompts, n=2)
@@ -268,7 +269,7 @@ def test_sft_loss_on_packed_sequences_equals_the_masked_answer_loss(config, prom
     with torch.no_grad():
         logp = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width)
     expected = float(-(logp * r_mask).sum() / r_mask.sum())
-    packed, targets = learner._packed_answers(prompts)
+    packed, targets = learner.objectives["sft"].packed_answers(prompts)
     assert int((targets != -100).sum()) == int(r_mask.sum())  # every answer token and EOS, once
     assert learner.sft_step(prompts, lr=1e-9)["warmup/loss"] == pytest.approx(expected, rel=1e-5)
 
@@ -305,13 +306,13 @@ def test_repeated_uid_is_refused():
     rollout, _ = Generator(cfg, None).generate(pa.table({"prompt_id": ["a"], "prompt": ["1+1="], "answer": ["2"]}))
     rollout = rollout.append_column("reward.integer_match", pa.array([1.0, 0.0], pa.float32()))
     with pytest.raises(B.BatchError, match="repeated uids"):
-        Learner(cfg).train_step(rollout, rollout)
+        train(Learner(cfg), rollout, rollout)
 
 
 @pytest.mark.parametrize("mini_batches", [1, 2, 4])
 def test_mini_batches_take_that_many_optimizer_steps(reward_fn, scored, mini_batches):
     learner = Learner(make_config(reward_fn, mini_batches=mini_batches))
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     steps = {int(s["step"]) for s in learner.optimizer.state_dict()["state"].values()}
     assert steps == {mini_batches}
     assert metrics["train/step_skipped"] == 0 and math.isfinite(metrics["train/loss"])
@@ -328,7 +329,7 @@ def test_on_policy_at_temperature_and_top_p_nothing_is_clipped(reward_fn, prompt
         lp = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width, **learner.sampling)
     old, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
     assert torch.allclose(lp * r_mask, old * r_mask, atol=1e-4)
-    assert learner.train_step(table)["train/clip_frac"] == 0
+    assert train(learner, table)["train/clip_frac"] == 0
     # the same data read with the temperature ignored would not be on-policy
     with torch.no_grad():
         plain = learner._token_logprobs(learner.model, ids, mask, positions, r_ids, p_width)
@@ -337,7 +338,7 @@ def test_on_policy_at_temperature_and_top_p_nothing_is_clipped(reward_fn, prompt
 
 @pytest.mark.parametrize("mini_batches", [3, 5])
 def test_mini_batches_is_exact_even_when_rows_do_not_divide(reward_fn, scored, mini_batches):
-    metrics = Learner(make_config(reward_fn, mini_batches=mini_batches)).train_step(scored)
+    metrics = train(Learner(make_config(reward_fn, mini_batches=mini_batches)), scored)
     assert metrics["train/optimizer_steps"] == mini_batches  # 16 rows: near-equal sizes, none empty
 
 
@@ -351,7 +352,7 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(reward_fn, scored):
     table = scored.set_column(scored.schema.get_field_index("reward.varied"), "reward.varied",
                               pa.array(reward, pa.float32()))
     on, off = Learner(make_config(reward_fn)), Learner(make_config(reward_fn, skip_uniform_groups=False))
-    m_on, m_off = on.train_step(table), off.train_step(table)
+    m_on, m_off = train(on, table), train(off, table)
     assert m_on["train/rows_computed_frac"] < 1.0 == m_off["train/rows_computed_frac"]
     for k, v in weights(on.model).items():
         assert torch.allclose(v, weights(off.model)[k], atol=1e-6), k
@@ -364,7 +365,7 @@ def test_psr_trains_only_the_rows_above_their_group_mean(reward_fn, scored):
     adv = ADVANTAGES.get("grpo")(torch.from_numpy(scored.column("reward.varied").to_numpy().copy()),
                                  torch.from_numpy(B.group_index(scored)))
     psr, grpo = Learner(make_config(reward_fn, advantage="psr")), Learner(make_config(reward_fn))
-    m_psr, m_grpo = psr.train_step(scored), grpo.train_step(scored)
+    m_psr, m_grpo = train(psr, scored), train(grpo, scored)
     assert m_psr["train/rows_computed_frac"] == pytest.approx(float((adv > 0).float().mean()))
     assert 0 < m_psr["train/rows_computed_frac"] < m_grpo["train/rows_computed_frac"]
     assert any(not torch.allclose(v, weights(grpo.model)[k]) for k, v in weights(psr.model).items())
@@ -374,7 +375,7 @@ def test_train_step_published_returns_the_weights_of_the_new_version(reward_fn, 
     """The object-store channel sends what `train_step_published` returns without asking again: it
     must be the weights after the step, stamped with the step's version."""
     learner = Learner(make_config(reward_fn))
-    payload, metrics = learner.train_step_published(scored)
+    payload, metrics = learner.train_step_published(credited(learner.config, scored)[0])
     assert payload["version"] == metrics["version"] == learner.version == 1
     for k, v in learner.model.state_dict().items():
         assert torch.equal(torch.from_numpy(payload["state"][k]), v), k
@@ -386,7 +387,7 @@ def test_dense_token_rewards_make_per_token_advantages(tmp_path, reward_fn, scor
     values = np.concatenate([np.linspace(-1, 1, n) for n in lengths]).astype(np.float32)
     table = scored.append_column("token_rewards", B.list_column(values, lengths, pa.float32()))
     learner = Learner(make_config(reward_fn))
-    learner.train_step(table, dump_path=str(tmp_path / "d.parquet"))
+    train(learner, table, dump_path=str(tmp_path / "d.parquet"))
     adv = pd.read_parquet(tmp_path / "d.parquet")["advantages"]
     assert any(len(set(np.round(a, 6))) > 1 for a in adv if len(a) > 1)  # varies within a response
 
@@ -394,14 +395,14 @@ def test_dense_token_rewards_make_per_token_advantages(tmp_path, reward_fn, scor
 def test_a_batch_mixing_reward_model_versions_is_refused(config, scored):
     mixed = scored.append_column("reward_model_version", pa.array([0] * 8 + [1] * 8, pa.int64()))
     with pytest.raises(B.BatchError, match="mixes reward-model versions"):
-        Learner(config).train_step(mixed)
+        train(Learner(config), mixed)
 
 
 @pytest.mark.parametrize("correction", ["tis", "decoupled_ppo"])
 def test_off_policy_corrections_train_and_are_exact_on_policy(reward_fn, scored, correction):
     learner = Learner(make_config(reward_fn, off_policy=correction))
     before = weights(learner.model)
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert metrics["train/clip_frac"] == 0 and metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
     assert changed(before, weights(learner.model))
 
@@ -424,7 +425,7 @@ def test_steps_raise_the_probability_of_rewarded_responses(config, prompts):
 
     before = seq_logprob()
     for _ in range(5):
-        learner.train_step(table)
+        train(learner, table)
     gain = (seq_logprob() - before).numpy()
     assert gain[r == 1].mean() > 0.2 and gain[r == 1].mean() > gain[r == 0].mean() + 0.2
 

@@ -29,13 +29,14 @@ def test_bare_loop_does_the_same_update_as_coevo(bench) -> None:
     from actors.learner import Learner
     from actors.trainable import adamw
     from orchestrator.config import validate_config
+    from rl_step import train
 
     args = argparse.Namespace(preset="tiny", prompts=4, samples=4, micro_batch=8, strategy="ddp", mixed_precision=None)
     config = validate_config(bench.config_dict(args, 0, 1))
     learner = Learner(config, None, role={"threads": 1}, objectives=["policy_gradient"])
     table = bench.synthetic_table(learner.model, 0, 4, 4, len(learner.tokenizer), "cpu")
     t = bench.tensors(table, 4)
-    metrics = learner.train_step(table)
+    metrics = train(learner, table)
     assert metrics["train/grad_norm"] > 0 and metrics["train/rows_computed_frac"] == 1.0
     for share in (True, False):
         model = modeling.build(config.model, 0)[0].train()

@@ -15,6 +15,7 @@ import torch
 from actors.learner import Learner
 from actors.objectives.policy_gradient import PolicyGradient
 from orchestrator.config import AlgorithmConfig
+from rl_step import train
 from test_learner import make_config
 from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures shared with test_learner)
 
@@ -69,7 +70,7 @@ def test_each_method_has_its_own_aggregation() -> None:
 @pytest.mark.parametrize("mode", ["seq_mean_token_sum", "seq_sum_constant"])
 def test_an_aggregation_scales_the_gradient_as_its_normaliser_says(reward_fn, scored, mode) -> None:
     """Uniform row weights: the pre-clipping gradient norm is the token mean's times tokens / normaliser."""
-    norms = {m: Learner(make_config(reward_fn, loss_agg=m)).train_step(scored)["train/grad_norm"]
+    norms = {m: train(Learner(make_config(reward_fn, loss_agg=m)), scored)["train/grad_norm"]
              for m in ("token_mean", mode)}
     tokens = sum(len(r) for r in scored.column("response_ids").to_pylist())
     n, budget = scored.num_rows, make_config(reward_fn).rollout.max_new_tokens
@@ -79,7 +80,7 @@ def test_an_aggregation_scales_the_gradient_as_its_normaliser_says(reward_fn, sc
 
 def test_the_chosen_kl_estimator_is_the_one_used(reward_fn, scored, user_module) -> None:
     learner = Learner(make_config(reward_fn, kl_coef=0.1, kl_estimator="coevo_test_loss_controls:constant_kl"))
-    assert learner.train_step(scored)["train/kl"] == pytest.approx(0.25)
+    assert train(learner, scored)["train/kl"] == pytest.approx(0.25)
     with pytest.raises(Exception, match="kl_estimator"):
         make_config(reward_fn, kl_estimator="k4")
 
@@ -91,7 +92,7 @@ def test_a_custom_policy_loss_is_called_under_an_off_policy_correction(reward_fn
     user_module.CALLS.clear()
     learner = Learner(make_config(reward_fn, off_policy=correction,
                                   policy_loss="coevo_test_loss_controls:plain_pg"))
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert user_module.CALLS, "the custom policy loss was never called"
     assert metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy here
 
@@ -103,7 +104,7 @@ def test_a_custom_policy_loss_is_called_under_an_off_policy_correction(reward_fn
 def test_every_method_trains_a_step(reward_fn, scored, algorithm) -> None:
     learner = Learner(make_config(reward_fn, **algorithm))
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert metrics["train/step_skipped"] == 0 and metrics["train/clip_frac"] == 0  # on-policy: nothing clipped
     assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
 
@@ -117,7 +118,7 @@ def test_an_entropy_bonus_trains_even_where_every_advantage_is_zero(reward_fn, s
     for coef, moves in ((0.0, False), (0.5, True)):
         learner = Learner(make_config(reward_fn, entropy_coef=coef))
         before = {k: v.clone() for k, v in learner.model.state_dict().items()}
-        metrics = learner.train_step(flat)
+        metrics = train(learner, flat)
         assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items()) == moves
         if coef:
             vocab = learner.model.config.vocab_size
@@ -137,7 +138,7 @@ def test_the_self_judge_objective_trains_the_policy_as_its_own_judge(reward_fn, 
     p_yes = yes_probability(learner.model, tok, texts, single_token(tok, "Y", "yes"), single_token(tok, "N", "no"), "cpu")
     correct = np.array(scored.column("reward.varied").to_pylist()) >= 0.5
     expected = float(np.mean(-np.log(np.where(correct, p_yes, 1 - p_yes))))
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert metrics["self_judge/loss"] == pytest.approx(expected, rel=1e-4)
     assert 0 <= metrics["self_judge/accuracy"] <= 1
     with pytest.raises(ValueError, match="coef > 0"):

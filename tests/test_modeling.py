@@ -6,6 +6,7 @@ import torch
 from actors import modeling
 from actors.generator import Generator
 from orchestrator.config import validate_config
+from rl_step import train
 
 SMALL = {"tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
                   "intermediate_size": 64}}
@@ -110,7 +111,7 @@ def test_generate_and_train_on_gpu():
     gen, learner, verifier = Generator(config, None, role=gpu), Learner(config, role=gpu), Verifier(config)
     try:
         batch, _ = gen.generate(pa.table({"prompt_id": ["a", "b"], "prompt": ["1+1=", "2+2="], "answer": ["2", "4"]}))
-        metrics = learner.train_step(verifier.score(batch)[0])
+        metrics = train(learner, verifier.score(batch)[0])
     finally:
         verifier.close()
     assert next(learner.model.parameters()).is_cuda

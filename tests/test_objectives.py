@@ -11,6 +11,7 @@ from actors import batch as B
 from actors.algorithms.value import clipped_value_loss
 from actors.learner import Learner
 from actors.objectives import OBJECTIVES, Objective
+from rl_step import train
 from test_learner import config, make_config, prompts, reward_fn, scored  # noqa: F401  (fixtures)
 
 
@@ -39,11 +40,11 @@ def test_value_objective_starts_at_zero_fits_the_returns_and_keeps_its_head(tmp_
     learner = Learner(config, objectives=[{"name": "value", "clip_eps": 10.0}])
     assert list(learner.objectives) == ["value"]
     table = value_batch([[1.0, 2.0], [0.5]])
-    first = learner.train_values(table)
+    first = learner.call_objective("value", "step", table)
     # a zero-initialised head: V = 0, so the loss is the mean of R^2 / 2 over the 3 response tokens
     assert first["value/loss"] == pytest.approx((0.5 + 2.0 + 0.125) / 3)
     assert first["value/mean"] == 0.0 and first["version"] == 1
-    losses = [learner.train_values(table)["value/loss"] for _ in range(40)]
+    losses = [learner.call_objective("value", "step", table)["value/loss"] for _ in range(40)]
     assert losses[-1] < 0.2 * first["value/loss"], losses
     out = learner.save(str(tmp_path / "critic"), optimizer=True)
     head = learner.objectives["value"].head.state_dict()
@@ -51,9 +52,9 @@ def test_value_objective_starts_at_zero_fits_the_returns_and_keeps_its_head(tmp_
     assert all(torch.equal(head[k], v) for k, v in again.objectives["value"].head.state_dict().items())
     assert set(learner.extra_state()) == {"skipped_steps", "value_head"}
     with pytest.raises(B.BatchError, match=r"column 'returns' row 1 has 2 values but response_ids has 1 tokens"):
-        learner.train_values(value_batch([[1.0, 2.0], [0.5, 0.5]]))
+        learner.call_objective("value", "step", value_batch([[1.0, 2.0], [0.5, 0.5]]))
     with pytest.raises(B.BatchError, match=r"value objective needs batch column\(s\) \['old_values'\]"):
-        learner.train_values(table.drop_columns(["old_values"]))
+        learner.call_objective("value", "step", table.drop_columns(["old_values"]))
 
 
 class Rider(Objective):
@@ -86,7 +87,7 @@ class Rider(Objective):
 
 def test_a_user_objective_rides_along_the_rl_step(config, scored):
     learner = Learner(config, objectives=["policy_gradient", {"name": f"{__name__}:Rider", "weight": 2.0}])
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     rider = learner.objectives["rider"]
     assert metrics["rider/rows"] == scored.num_rows and rider.calls == 1
     assert float(rider.p.detach()) > 0  # its parameter is in the learner's optimizer and moved toward 1
@@ -101,6 +102,14 @@ def test_objective_errors_name_the_objective():
         Learner(config, objectives=["sft", "sft"])
     with pytest.raises(ValueError, match="laser_align objective needs a reward source with `laser: true`"):
         Learner(config, objectives=["laser_align"])
+    critic = Learner(config, objectives=[{"name": "value"}])
+    with pytest.raises(RuntimeError, match=r"learner method 'size' needs the 'rehearsal' objective, but this "
+                                           r"learner hosts \['value'\]"):
+        critic.call_objective("rehearsal", "size")
+    for method in ("no_such", "_private", "state_dict", "require"):  # only an objective's own public methods
+        with pytest.raises(AttributeError, match=rf"the 'value' objective \(Value\) has no method '{method}' "
+                                                 r"to call; its own methods: \[.*'step'.*'values_of'"):
+            critic.call_objective("value", method)
     with pytest.raises(ValueError, match="clip_eps must be > 0, got 0"):
         Learner(config, objectives=[{"name": "value", "clip_eps": 0}])
     with pytest.raises(ValueError, match=r"learner objective \{'clip_eps': 0.1\} needs a 'name'"):

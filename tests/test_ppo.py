@@ -10,7 +10,8 @@ from orchestrator.config import ConfigError, load_config
 
 
 def test_gae_belongs_to_recipe_ppo() -> None:
-    with pytest.raises(ConfigError, match="advantage=gae needs a critic's values per token: recipe ppo"):
+    with pytest.raises(ConfigError, match="advantage=gae needs a critic's values per token: recipe 'grpo' "
+                                          r"estimates advantages from rewards alone \(its credit step has no GAE\)"):
         load_config(None, ["algorithm.advantage=gae"])
     with pytest.raises(ConfigError, match="recipe ppo trains with algorithm.advantage=gae"):
         load_config("ppo", ["algorithm.advantage=grpo"])

@@ -11,6 +11,7 @@ from actors.judge_modes import opponent_pairs, pairwise_win_rates, reflective_te
 from actors.judging import render, single_token, yes_probability
 from actors.learner import Learner
 from orchestrator.config import ConfigError, load_config, validate_config
+from rl_step import train
 from test_learner import TINY, make_config
 from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures shared with test_learner)
 
@@ -71,7 +72,7 @@ def test_pairwise_self_judge_trains_on_both_orders_of_each_correct_wrong_pair(re
     assert texts, "the batch needs a group with a correct and a wrong response"
     p_first = yes_probability(learner.model, tok, texts, a, b, "cpu")
     expected = float(np.mean(-np.log(np.where(first_right, p_first, 1 - p_first))))
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert metrics["self_judge/loss"] == pytest.approx(expected, rel=1e-4)
     assert metrics["self_judge/examples"] == len(texts)
 
@@ -88,7 +89,7 @@ def test_reflective_self_judge_trains_the_verdict_after_its_own_reflection(rewar
     p_yes = yes_probability(learner.model, tok, texts, single_token(tok, "Y", "y"), single_token(tok, "N", "n"), "cpu")
     ok = np.array(column(scored, "reward.varied")) >= 0.5
     expected = float(np.mean(-np.log(np.where(ok, p_yes, 1 - p_yes))))
-    metrics = learner.train_step(scored)
+    metrics = train(learner, scored)
     assert metrics["self_judge/loss"] == pytest.approx(expected, rel=1e-4)
     assert metrics["self_judge/examples"] == scored.num_rows
 

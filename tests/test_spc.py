@@ -15,7 +15,7 @@ from actors.judging import render, yes_probability
 from coevo_cli import coevo, read_metrics, small
 from orchestrator.config import ConfigError, load_config
 from orchestrator.data import arithmetic
-from pipelines.spc import (GAME, CriticLearner, SneakyLearner, batch_auroc, game_rewards, pick_correct, sneaky_rewards,
+from pipelines.spc import (GAME, CriticLearner, batch_auroc, game_rewards, pick_correct, sneaky_credit, sneaky_rewards,
                            variant_status)
 
 TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1",
@@ -102,10 +102,14 @@ def test_the_sneaky_learner_trains_on_the_game_reward_only():
     variants, _ = Generator(config, None).generate(prompts, n=4, seq=0)
     game = np.array([1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0], np.float32)
     table = variants.append_column(B.REWARD_PREFIX + GAME, pa.array(game))
-    learner = SneakyLearner(config, lr=1e-3, objectives=["policy_gradient"])
+    from actors.learner import Learner
+
+    learner = Learner(config, lr=1e-3, objectives=["policy_gradient"])
     before = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
-    metrics = learner.train_step(table)
+    table, credit = sneaky_credit(config).apply(table)  # its own credit step: the game reward alone
+    metrics = {**credit, **learner.train_step(table)}
     assert metrics["reward/mean"] == pytest.approx(float(game.mean()))
+    assert table.column("reward").to_pylist() == pytest.approx(game.tolist())
     assert metrics["train/advantage_abs_mean"] > 0 and metrics["version"] == 1
     assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
 

@@ -227,10 +227,10 @@ def score(prompt, response, answer, **_):
     return 0.0
 '''
 
-DYING_ESTIMATOR = '''
+DYING_LOSS = '''
 import os
 
-def advantage(rewards, groups):
+def loss(logprobs, old_logprobs, advantages, **_):
     os._exit(3)  # runs inside the policy learner
 '''
 
@@ -245,10 +245,12 @@ def test_reward_code_cannot_kill_the_verifier_but_a_dead_learner_ends_the_run(ra
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2] and all(r["reward/k/errors"] == 32 for r in rows)
 
-    (tmp_path / "dying.py").write_text(DYING_ESTIMATOR)
-    # it dies again after its one restart (train.learner_restarts=1): the run ends with the error
+    (tmp_path / "dying.py").write_text(DYING_LOSS)
+    # it dies again after its one restart (train.learner_restarts=1): the run ends with the error (every
+    # row computed: an untrained policy's rewards may all tie, and tied groups are otherwise skipped)
     proc = subprocess.run([*COEVO, "run", *small(warm_cache, "warmup.enabled=false", "train.max_steps=3",
-                                                  "algorithm.advantage=dying:advantage", "train.learner_restarts=1"),
+                                                  "algorithm.policy_loss=dying:loss", "algorithm.skip_uniform_groups=false",
+                                                  "train.learner_restarts=1"),
                            "--output-dir", str(tmp_path / "run2")],
                           cwd=tmp_path, env=ray_env, capture_output=True, text=True, timeout=180,
                           start_new_session=True)

@@ -90,9 +90,10 @@ def reinforce_pp_baseline(rewards: torch.Tensor, groups: torch.Tensor, eps: floa
 
 @ADVANTAGES.register("gae")
 def gae(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
-    """PPO's generalised advantage estimation needs a critic's values per token: recipe `ppo`
-    (pipelines/ppo.py) provides them and the learner calls `gae_advantages`."""
-    raise ValueError("algorithm.advantage=gae needs per-token values from a critic: use recipe ppo")
+    """PPO's generalised advantage estimation needs a critic's values per token: a recipe whose credit
+    step has them (orchestrator.credit.GAE, recipe ppo) calls `gae_advantages` instead."""
+    raise ValueError("algorithm.advantage=gae needs per-token values from a critic: a recipe whose credit step "
+                     "runs GAE (e.g. ppo)")
 
 
 gae.needs_values = True

@@ -8,7 +8,7 @@ from transformers import GenerationConfig, LogitsProcessorList
 
 from actors.generation import BACKENDS
 from actors.generation.base import Samples, decode_responses, stop_texts
-from actors.modeling import cache_kwargs, output_cache
+from actors.modeling import cache_kwargs, last_logits_kwargs, output_cache
 from actors.sampling import SamplingWarper, processed_logits, unsupported_settings
 from actors.weight_transport import node_ip
 from actors.weights import load_state
@@ -18,7 +18,10 @@ from actors.weights import load_state
 class HFBackend:
     can_sleep = False  # its model stays where it is; sleeping is vLLM's (rollout.vllm_sleep_level)
 
-    def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", sleep_mode: bool = False):
+    def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", sleep_mode: bool = False,
+                 free_memory: bool = False):
+        """`free_memory`: hand the KV cache's memory back to the GPU after every call (the generator
+        shares its GPU with a learner, which trains while it idles)."""
         unsupported = unsupported_settings(model.generation_config)
         if unsupported:
             raise ValueError(f"the model's generation_config sets {unsupported}, which the learner cannot "
@@ -26,6 +29,8 @@ class HFBackend:
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.device = device
+        self.free_memory = free_memory and str(device).startswith("cuda")
+        self.defer_stop = str(device).startswith("cuda")  # read "all ended" a step late (see generate)
         eos = model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         self.eos_ids = sorted(set(eos) | {tokenizer.eos_token_id})
@@ -41,30 +46,44 @@ class HFBackend:
         last-token self-reward): read off the step after a response's EOS, or one extra one-token
         forward pass for the responses that end at the last step.
         `stop`: a sample also ends after the token that completes one of these strings (it is kept);
-        only the tails of running samples are decoded to look for them."""
+        only the tails of running samples are decoded to look for them.
+        On a GPU the host never waits for the device within a step: whether every sample has ended
+        is copied back without blocking and read a step later (one extra step at the end, whose
+        tokens are padding), as transformers' deferred stop check does; stop strings need the
+        tokens on the host, so with them each step waits."""
+        try:
+            return self._generate(prompts, n, max_new_tokens, temperature, top_p, top_k, greedy, next_token, stop)
+        finally:
+            if self.free_memory:  # the KV cache went with the call: give its memory back to the GPU
+                torch.cuda.empty_cache()
+
+    def _generate(self, prompts, n, max_new_tokens, temperature, top_p, top_k, greedy, next_token, stop) -> Samples:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         mask = enc["attention_mask"]
         prompt_ids = [row[m.bool()].numpy().astype(np.int32) for row, m in zip(enc["input_ids"], mask)]
         dev, model = self.device, self.model
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=enc["input_ids"].to(dev), attention_mask=mask.to(dev),
-                    position_ids=positions.to(dev), use_cache=True)
+                    position_ids=positions.to(dev), use_cache=True, **last_logits_kwargs(model))
         cache = output_cache(out)
         if n > 1:
             cache.batch_repeat_interleave(n)
         logits = out.logits[:, -1].repeat_interleave(n, dim=0)
+        del out
         mask = mask.repeat_interleave(n, dim=0).to(dev)
         position = positions[:, -1:].repeat_interleave(n, dim=0).to(dev) + 1
         eos = torch.tensor(self.eos_ids, device=dev)
+        pad = torch.tensor(self.tokenizer.pad_token_id, device=dev)
         finished = torch.zeros(len(logits), dtype=torch.bool, device=dev)
         after = torch.full((len(logits),), float("nan"), device=dev)  # log pi(next_token | x, y)
         stopped = torch.zeros(len(logits), dtype=torch.long, device=dev)  # length, where a stop string ended it
+        deferred = _DeferredFlag(dev) if self.defer_stop and not stop else None
         tokens, logprobs = [], []
         for step in range(max_new_tokens):
             x = logits.float() if greedy else processed_logits(logits.float(), temperature, top_k, top_p)
             token = x.argmax(-1) if greedy else torch.multinomial(torch.softmax(x, dim=-1), 1).squeeze(1)
             logprobs.append(torch.log_softmax(x, dim=-1).gather(-1, token[:, None]).squeeze(1))
-            token = torch.where(finished, self.tokenizer.pad_token_id, token)
+            token = torch.where(finished, pad, token)
             tokens.append(token)
             ended = ~finished & torch.isin(token, eos)
             if stop:
@@ -72,7 +91,12 @@ class HFBackend:
                 stopped = torch.where(hit, step + 1, stopped)
                 ended |= hit
             finished |= ended
-            last = bool(finished.all()) or step == max_new_tokens - 1
+            if step == max_new_tokens - 1:
+                last = True
+            elif deferred is not None:  # every sample had ended a step ago: this step's tokens are padding
+                last = deferred.swap(finished.all())
+            else:
+                last = bool(finished.all())
             if last and next_token is None:
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
@@ -80,10 +104,11 @@ class HFBackend:
                            use_cache=True, **cache_kwargs(model, cache)).logits[:, -1]
             position = position + 1
             if next_token is not None:  # the logits after each response's final token
-                fill = ended | (torch.isnan(after) & torch.tensor(last, device=dev))
+                fill = (ended | torch.isnan(after)) if last else ended
                 after = torch.where(fill, torch.log_softmax(logits.float(), dim=-1)[:, next_token], after)
             if last:
                 break
+        del cache
         out = _samples(prompt_ids, torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1), eos,
                        None if next_token is None else after, stopped)
         if stop:  # the verifier sees the text before the stop string, as vLLM returns it
@@ -158,3 +183,29 @@ def _samples(prompt_ids, tokens: torch.Tensor, logprobs: torch.Tensor, eos: torc
         finish_reason=["stop" if e else "length" for e in has_eos.tolist()],
         next_logprobs=None if after is None else after.cpu().numpy().astype(np.float32),
     )
+
+
+class _DeferredFlag:
+    """A device-side boolean read on the host one step late, without a stall: `swap(flag)` starts
+    copying this step's flag to pinned host memory and returns the previous step's (False at first).
+    Two slots, so the copy being read is never the one being written. (On a CPU, where nothing
+    is queued, it only lags: what the tests check the GPU's loop with.)"""
+
+    def __init__(self, device: str):
+        self.cuda = str(device).startswith("cuda")
+        self.slots = [(torch.zeros((), dtype=torch.bool, pin_memory=self.cuda),
+                       torch.cuda.Event() if self.cuda else None) for _ in range(2)]
+        self.pending = None
+
+    def swap(self, flag: torch.Tensor) -> bool:
+        host, event = self.slots[0]
+        host.copy_(flag, non_blocking=self.cuda)
+        if event is not None:
+            event.record()
+        previous, self.pending = self.pending, (host, event)
+        self.slots.reverse()
+        if previous is None:
+            return False
+        if previous[1] is not None:
+            previous[1].synchronize()  # waits for the step before only: this one is still queued
+        return bool(previous[0])

@@ -14,7 +14,7 @@ import torch
 from actors.generation import BACKENDS
 from actors.generation.base import Samples, decode_responses, stop_texts
 from actors.sampling import unsupported_settings
-from actors.weights import WeightMismatchError, check_state
+from actors.weights import WeightMismatchError, check_state, payload_state
 
 
 @BACKENDS.register("vllm")
@@ -88,7 +88,7 @@ class VLLMBackend:
         if payload.get("version") != version:
             raise WeightMismatchError(f"weight update for the vLLM generator says version {payload.get('version')} "
                                       f"but was sent as version {version}")
-        state = payload["state"]
+        state = payload_state(payload)
         check_state(self.reference, state, where="vLLM generator's model")
         with warnings.catch_warnings():  # object-store arrays are read-only; vLLM copies them
             warnings.simplefilter("ignore", UserWarning)
@@ -113,6 +113,10 @@ class _EngineSink:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.backend.reference.state_dict()
+
+    @property
+    def coevo_casts_updates(self) -> bool:  # actors.weights.CASTS_UPDATES: the engine's dtype is model.dtype's
+        return getattr(self.backend.reference, "coevo_casts_updates", False)
 
     def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> None:
         self.backend.engine.load_weights(state)

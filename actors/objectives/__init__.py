@@ -5,7 +5,9 @@ more objectives; each public training method of the learner hands its batch to t
 owns it. An objective declares
 - what it needs from a batch (`columns`, checked by `require` with an error naming the column);
 - how it computes its loss and metrics over micro-batches given the model (its own step method, or,
-  for an objective that rides along another one's step, `rewards` / `prepare` / `begin` / `term`);
+  for an objective that rides along another one's step, `prepare` / `begin` / `term`);
+- its options, as typed constructor arguments (a role spec's `{"name": ..., **options}`): an
+  objective reads no recipe's config section (tests/test_imports.py checks it);
 - what state it keeps (`parameters` to train, `state_dict` to checkpoint, `save` beside the model).
 
 Built-ins: policy_gradient, preference, sft, laser_align, value, rehearsal, self_judge. A `module:Class` path names your
@@ -27,7 +29,8 @@ OBJECTIVES = Registry("learner objective")
 
 class Objective:
     """One training signal a learner hosts. `learner` is the host: model, tokenizer, device,
-    optimizer, reference and the tensor helpers of actors/trainable.py."""
+    optimizer, reference and the tensor helpers of actors/trainable.py. Its public methods beyond
+    this interface are what a recipe calls through `Learner.call_objective`."""
 
     name = "objective"
     columns: tuple[str, ...] = ()  # the batch columns its step reads
@@ -43,10 +46,6 @@ class Objective:
                                f"the batch has {table.schema.names}")
 
     # ---- riding along another objective's step (LaSeR's MSE on the RL step) -----------------------
-    def rewards(self, table: pa.Table) -> pa.Table:
-        """Reward columns this objective computes, before the rewards are aggregated."""
-        return table
-
     def prepare(self, table: pa.Table, data: dict) -> torch.Tensor | None:
         """Add this objective's tensors to `data`; returns the rows it needs a forward pass for."""
         return None

@@ -1,76 +1,65 @@
 """LaSeR alignment: the policy's self-reward r = beta * (log pi(z | x, y) - c), the log-probability of
-a fixed token after its own response, fitted to the verifier's labels by MSE. It rides along the RL
-step (and fills the `laser` reward sources from the generators' log-probs), and has its own warm-up
-step (`align_steps`). The offset c is state: fixed from the first batch when the config leaves it
-open, checkpointed, and saved beside a model whose r it belongs to."""
+a fixed token z after its own response, fitted to the verifier's labels by MSE. It rides along the RL
+step and has its own warm-up step (`align_steps`). Its settings come from the recipe's role spec
+(pipelines/stages/laser.py: LaserConfig.objective). The offset c is not its state: the credit step
+(orchestrator/credit.py, pipelines/laser_reward.py) fixes and checkpoints it and writes it into every
+batch as the `laser_c` column, so r here is the r that rewarded the batch."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from actors import batch as B
 from actors.objectives import OBJECTIVES, Objective
 
-LASER_FILE = "laser.json"  # LaSeR's offset c, next to the model whose r it belongs to
-
 
 @OBJECTIVES.register("laser_align")
 class LaserAlign(Objective):
     name = "laser_align"
-    columns = ("laser_logprob",)
+    columns = ("laser_c",)
     needs_tail = True
 
-    def __init__(self, learner):
+    def __init__(self, learner, token: str = "Y", beta: float = 0.25, mse_weight: float = 1.0,
+                 balance: bool = False, label: str | None = None):
+        """`token`: z; `beta`: r's scale; `mse_weight`: the MSE's weight in the RL loss; `balance`:
+        correct and wrong labelled samples weigh half each; `label`: the reward source r is aligned
+        with (default: the first verifier function)."""
         from actors.judging import single_token
 
         super().__init__(learner)
         config = learner.config
         if not config.laser_rewards():
             raise ValueError("the laser_align objective needs a reward source with `laser: true` in the config")
-        self.cfg = config.laser
-        self.label = config.label_source(config.laser)
-        self.c = config.laser.c
-        source = learner.model_source
-        if self.c is None and source and (Path(source) / LASER_FILE).is_file():
-            # a model whose r was aligned (LaSeR's warm-up) keeps the offset it was aligned with
-            self.c = json.loads((Path(source) / LASER_FILE).read_text())["c"]
-        self.token = single_token(learner.tokenizer, config.laser.token, "laser.token")
+        if not beta > 0 or not mse_weight >= 0:
+            raise ValueError(f"laser_align needs beta > 0 and mse_weight >= 0, got beta={beta!r}, "
+                             f"mse_weight={mse_weight!r}")
+        fns = config.fn_rewards()
+        self.label = label or (fns[0].name if fns else None)
+        if self.label is None:
+            raise ValueError("the laser_align objective aligns r with a verifier's labels: the config has no "
+                             "verifier reward function (rewards[].fn) and no label source")
+        self.beta, self.mse_weight, self.balance = beta, mse_weight, balance
+        self.token = single_token(learner.tokenizer, token, "laser.token")
+        self._c = None
 
-    # ---- state -------------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"laser_c": self.c}
+    def offset(self, table: pa.Table) -> float:
+        """The batch's c: the `laser_c` column the credit step wrote, one value for every row."""
+        self.require(table)
+        values = pc.unique(table.column("laser_c")).to_pylist()
+        if len(values) != 1 or values[0] is None or not np.isfinite(values[0]):
+            raise B.BatchError(f"column 'laser_c' must hold one finite value for the whole batch (the offset c "
+                               f"of its self-reward), got {sorted(values, key=str)[:5]}")
+        return values[0]
 
-    def load_state_dict(self, state: dict) -> None:
-        self.c = state.get("laser_c", self.c)
-
-    def save(self, out: Path) -> None:
-        if self.cfg.c is None and self.c is not None:
-            # a c learned from the data (not a configured one): a run from this model must keep it
-            (out / LASER_FILE).write_text(json.dumps({"c": self.c}))
-
-    def self_reward(self, tail: torch.Tensor) -> torch.Tensor:
-        return self.cfg.beta * (torch.log_softmax(tail.float(), dim=-1)[:, self.token] - self.c)
+    def self_reward(self, tail: torch.Tensor, c: float) -> torch.Tensor:
+        return self.beta * (torch.log_softmax(tail.float(), dim=-1)[:, self.token] - c)
 
     # ---- riding along the RL step ------------------------------------------------------------------
-    def rewards(self, table: pa.Table) -> pa.Table:
-        """r from the generators' log-probs into every laser reward source; c is fixed from the first
-        batch when the config leaves it open."""
-        if "laser_logprob" not in table.schema.names:
-            raise B.BatchError("a laser reward source needs the generators' `laser_logprob` column")
-        lp = table.column("laser_logprob").to_numpy(zero_copy_only=False).astype(np.float64)
-        if self.c is None:
-            self.c = float(np.nanmean(lp))
-        r = (self.cfg.beta * (lp - self.c)).astype(np.float32)
-        for spec in self.learner.config.laser_rewards():
-            table = B.replace_column(table, B.REWARD_PREFIX + spec.name, pa.array(r, pa.float32(), mask=np.isnan(r)))
-        return table
-
     def prepare(self, table: pa.Table, data: dict) -> torch.Tensor:
+        self._c = self.offset(table)
         label = table.column(B.REWARD_PREFIX + self.label).to_numpy(zero_copy_only=False).astype(np.float32)
         data["laser_label"] = torch.from_numpy(label)
         return ~torch.isnan(data["laser_label"])
@@ -82,7 +71,7 @@ class LaserAlign(Objective):
         labels = labels[~torch.isnan(labels)]
         good = int((labels >= 0.5).sum())
         bad = len(labels) - good
-        if not self.cfg.balance or not good or not bad:
+        if not self.balance or not good or not bad:
             return lambda t: torch.full_like(t, 1.0 / len(labels))
         return lambda t: torch.where(t >= 0.5, 0.5 / good, 0.5 / bad)
 
@@ -97,42 +86,43 @@ class LaserAlign(Objective):
             return 0.0, {}
         target = data["laser_label"][mb].to(self.learner.device)
         ok = ~torch.isnan(target)
-        mse = (self._weight(target[ok]) * (self.self_reward(tail)[ok] - target[ok]) ** 2).sum()
-        return self.cfg.mse_weight * mse, {"laser_mse": mse.item()}
+        mse = (self._weight(target[ok]) * (self.self_reward(tail, self._c)[ok] - target[ok]) ** 2).sum()
+        return self.mse_weight * mse, {"laser_mse": mse.item()}
 
     def metrics(self, sums: dict, updates: int) -> dict:
-        return {"train/laser_mse": sums.get("laser_mse", 0.0) / max(updates, 1), "train/laser_c": self.c}
+        return {"train/laser_mse": sums.get("laser_mse", 0.0) / max(updates, 1)}
 
     # ---- the self-verification warm-up -------------------------------------------------------------
-    def align_steps(self, batches: list[pa.Table], optimizer: torch.optim.Optimizer, nll_weight: float) -> dict:
-        """One optimizer step per batch of the policy's own verifier-labelled samples: MSE between r
-        and the label, plus `nll_weight` x the NLL of the correct samples (without it the shared
-        weights forget the task). c is fixed from the first batch (as in RL) when left open."""
+    def align_steps(self, batches: list[pa.Table], lr: float, nll_weight: float) -> dict:
+        """One optimizer step (the warm-ups' own AdamW at `lr`) per batch of the policy's own
+        verifier-labelled samples: MSE between r and the label, plus `nll_weight` x the NLL of the
+        correct samples (without it the shared weights forget the task). The warm-up runs alone, so
+        it takes every core even where async training shares them with generators."""
+        from actors.runtime import torch_threads
         from actors.sampling import token_logprobs
 
         lrn, dev = self.learner, self.learner.device
+        optimizer = lrn.warmup_optimizer(lr)
         key, sums = B.REWARD_PREFIX + self.label, {"mse": 0.0, "nll": 0.0}
-        for table in batches:
-            if "laser_logprob" not in table.schema.names:
-                raise B.BatchError("self-verification batches need the generators' `laser_logprob` column")
-            if self.c is None:  # fixed from the first batch, as in RL
-                self.c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))
-            label = torch.from_numpy(table.column(key).to_numpy(zero_copy_only=False).astype(np.float32))
-            if torch.isnan(label).any():
-                raise B.BatchError(f"self-verification batch has rows without a {key!r} label")
-            ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
-            logits, tail = lrn._response_logits(lrn.model, ids, mask, positions, p_width, after=True)
-            mse = ((self.self_reward(tail) - label.to(dev)) ** 2).mean()
-            good = r_mask.to(dev).float() * (label >= 0.5).float().to(dev)[:, None]
-            nll = -(token_logprobs(logits, r_ids.to(dev)) * good).sum() / good.sum().clamp(min=1)
-            loss = mse + nll_weight * nll
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"self-verification loss is {float(loss)}; lower laser.warmup_lr")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            lrn.clip_grads(1.0)
-            optimizer.step()
-            sums["mse"] += mse.item()
-            sums["nll"] += nll.item()
+        with torch_threads(lrn.alone_threads):
+            for table in batches:
+                c = self.offset(table)
+                label = torch.from_numpy(table.column(key).to_numpy(zero_copy_only=False).astype(np.float32))
+                if torch.isnan(label).any():
+                    raise B.BatchError(f"self-verification batch has rows without a {key!r} label")
+                ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
+                logits, tail = lrn._response_logits(lrn.model, ids, mask, positions, p_width, after=True)
+                mse = ((self.self_reward(tail, c) - label.to(dev)) ** 2).mean()
+                good = r_mask.to(dev).float() * (label >= 0.5).float().to(dev)[:, None]
+                nll = -(token_logprobs(logits, r_ids.to(dev)) * good).sum() / good.sum().clamp(min=1)
+                loss = mse + nll_weight * nll
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"self-verification loss is {float(loss)}; lower laser.warmup_lr")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                lrn.clip_grads(1.0)
+                optimizer.step()
+                sums["mse"] += mse.item()
+                sums["nll"] += nll.item()
         n = max(len(batches), 1)
-        return {"laser_warmup/mse": sums["mse"] / n, "laser_warmup/nll": sums["nll"] / n, "laser_warmup/c": self.c}
+        return {"laser_warmup/mse": sums["mse"] / n, "laser_warmup/nll": sums["nll"] / n}

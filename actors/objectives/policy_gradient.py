@@ -1,19 +1,19 @@
-"""RL policy gradient: aggregate the rewards, compute advantages and the policy loss (plus the KL to
-the reference) from the algorithm registries, and take `algorithm.mini_batches` optimizer steps.
+"""RL policy gradient: the policy loss (plus the KL to the reference and the entropy bonus) from the
+algorithm registries, weighted per response token by the batch's `advantages` column, which the
+credit step wrote on the driver (orchestrator/credit.py); `algorithm.mini_batches` optimizer steps.
 Other hosted objectives ride along the same forward passes (LaSeR's self-reward MSE)."""
 
 from __future__ import annotations
 
-import functools
-import inspect
+import contextlib
 import logging
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from actors import attention
 from actors import batch as B
 from actors.objectives import OBJECTIVES, Objective
 from actors.objectives.rl_metrics import rl_metrics
@@ -24,35 +24,25 @@ SUMS = ("loss", "pg_loss", "kl", "clip_frac", "is_weight")
 
 @OBJECTIVES.register("policy_gradient")
 class PolicyGradient(Objective):
-    """One row per sampled response; the learner's `algorithm` section picks the estimator and loss."""
+    """One row per sampled response with its per-token `advantages`; the learner's `algorithm`
+    section picks the loss, the off-policy correction, the KL and the entropy terms."""
 
     name = "policy_gradient"
-    columns = tuple(B.CORE_FIELDS)  # checked by B.validate
-
-    def __init__(self, learner):
-        from actors.rewards.aggregate import Aggregator
-
-        super().__init__(learner)
-        config = learner.config
-        self.aggregator = Aggregator(config.aggregate_spec(), sources=[r.name for r in config.rewards])
-
-    def state_dict(self) -> dict:
-        return {"aggregator": self.aggregator.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.aggregator.load_state_dict(state.get("aggregator", {}))
+    columns = (*B.CORE_FIELDS, "advantages")
 
     def riders(self) -> list[Objective]:
         return [o for o in self.learner.objectives.values() if o is not self]
 
     def train_step(self, *tables: pa.Table, dump_path: str | None = None) -> dict[str, float]:
-        from actors.algorithms import ADVANTAGES
-        from actors.algorithms.advantages import combine_advantages, process_advantages
-
         lrn, algo = self.learner, self.learner.algo
         started = time.perf_counter()
+        lrn.reset_peak_memory()
         table = B.concat(list(tables))
         B.validate(table)
+        if "advantages" not in table.schema.names:
+            raise B.BatchError("the policy_gradient objective trains on the per-token `advantages` column that "
+                               "the credit step writes (orchestrator/credit.py: Credit.apply); the batch has "
+                               f"{table.schema.names}")
         distinct = pc.count_distinct(table.column("uid")).as_py()
         if distinct != table.num_rows:  # exactly-once accounting
             raise B.BatchError(f"train batch has repeated uids: {table.num_rows} rows, {distinct} distinct")
@@ -60,30 +50,13 @@ class PolicyGradient(Objective):
             versions = pc.unique(table.column("reward_model_version")).to_pylist()
             if len(versions) > 1:
                 raise B.BatchError(f"train batch mixes reward-model versions {sorted(versions)}")
-        for rider in self.riders():
-            table = rider.rewards(table)
-        table, reward_metrics = self.aggregator.apply(table)
-        rewards = torch.from_numpy(table.column("reward").to_numpy().astype(np.float32))
         groups = torch.from_numpy(B.group_index(table))
-        estimator = ADVANTAGES.get(algo.advantage)
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
-        if getattr(estimator, "needs_values", False):  # PPO: GAE on the critic's values
-            adv, table = self._gae(table, rewards, r_mask)
-            outcome = (adv * r_mask).sum(1) / r_mask.sum(1).clamp(min=1)
-        else:
-            outcome = estimate(estimator, rewards, groups, lrn.config)
-            adv = outcome[:, None].expand_as(old_lp).clone()
-        if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
-            dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32)
-            process = process_advantages(dense, r_mask.float(), groups)
-            prime = getattr(lrn.config, "prime", None)  # PRIME's coefficient; a verifier's dense rewards: 1
-            weight = prime.process_weight if prime is not None else 1.0
-            adv = combine_advantages(outcome, weight * process, r_mask.float())
+        adv, _ = B.to_padded(table.column("advantages"), 0.0, torch.float32, width=r_mask.shape[1])
         active = torch.ones(table.num_rows, dtype=torch.bool)
         if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
             active &= torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
-            adv = adv * active[:, None]
         data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, old_lp=old_lp, adv=adv,
                     groups=groups, p_width=p_width)
         # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
@@ -111,35 +84,17 @@ class PolicyGradient(Objective):
             skipped += not ok
             computed += done
         lrn.version += 1
-        if dump_path:
-            lengths = r_mask.sum(1).numpy()
-            flat = adv[r_mask].numpy()
-            B.dump_parquet(table.append_column("advantages", B.list_column(flat, lengths, pa.float32())), dump_path)
-        out = rl_metrics(lrn, table, rewards, groups, outcome, sums, old_lp, r_mask, norms, skipped)
+        if dump_path:  # the batch as trained, advantages included
+            B.dump_parquet(table, dump_path)
+        out = rl_metrics(lrn, table, groups, sums, old_lp, r_mask, norms, skipped)
         for rider in self.riders():
             out.update(rider.metrics(sums, len(norms)))
-        out.update(reward_metrics)
         out["train/rows_computed_frac"] = computed / max(n, 1)
-        out["time/learner_s"] = time.perf_counter() - started  # inside the learner, without the call
+        elapsed = time.perf_counter() - started
+        out["time/learner_s"] = elapsed  # inside the learner, without the call
+        out.update(lrn.perf_metrics(sums.get("work_tokens", 0.0), sums.get("work_sq", 0.0), elapsed))
+        lrn.release_cached_memory()
         return out
-
-    def _gae(self, table: pa.Table, rewards: torch.Tensor, r_mask: torch.Tensor) -> tuple[torch.Tensor, pa.Table]:
-        """Per-token GAE advantages from the critic's `old_values` (recipe ppo), whitened over the
-        batch's tokens if the recipe says so; the table gains `returns` for the critic to train on."""
-        from actors.algorithms.advantages import gae_advantages
-
-        self.require(table, ("old_values",))
-        ppo = self.learner.config.ppo
-        values, _ = B.to_padded(table.column("old_values"), 0.0, torch.float32)
-        adv, returns = gae_advantages(rewards, values, r_mask, ppo.gamma, ppo.lam)
-        if ppo.whiten_advantages:
-            valid = adv[r_mask]
-            if len(valid) > 1:
-                adv = torch.where(r_mask, (adv - valid.mean()) / (valid.std() + 1e-8), torch.zeros_like(adv))
-        lengths = r_mask.sum(1).numpy()
-        self.returns_table = B.replace_column(table, "returns", B.list_column(returns[r_mask].numpy(), lengths,
-                                                                               pa.float32()))
-        return adv, table
 
     def _proximal(self, d: dict, mine: list[torch.Tensor], updates: list[torch.Tensor]) -> torch.Tensor | None:
         """Log-probs of the current weights before this step's updates (decoupled PPO's proximal
@@ -150,12 +105,35 @@ class PolicyGradient(Objective):
         prox = torch.zeros_like(d["old_lp"])
         rows = torch.cat(mine)
         with torch.no_grad():
-            for mb, real in lrn.ranks.micro_batches(rows, lrn.algo.micro_batch_size, torch.cat(updates)):
-                lp = lrn._token_logprobs(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                         d["r_ids"][mb], d["p_width"], groups=d["groups"][mb], **lrn.sampling).cpu()
+            for mb, real in lrn.ranks.micro_batches(lrn.plan_micro_batches(rows, d), None, torch.cat(updates)):
+                lp = self._forward(lrn.model, d, mb)["logp"].cpu()
                 if real:
                     prox[mb] = lp
         return prox
+
+    def _forward(self, model, d: dict, mb: torch.Tensor, entropy: bool = False, tail: bool = False) -> dict:
+        """Rows `mb`: response log-probs [n, R] under the sampling distribution (with `entropy`, its
+        entropy; with `tail`, the logits after each response), packed or padded (learner.packing);
+        `tokens` and `sq` for the FLOP count."""
+        from actors.sampling import token_entropy, token_logprobs
+
+        lrn = self.learner
+        if lrn.packing:
+            return lrn._packed_stats(model, d, mb, entropy=entropy, tail=tail)
+        out = lrn._response_logits(model, d["ids"][mb], d["mask"][mb], d["positions"][mb], d["p_width"],
+                                   groups=d["groups"][mb], after=tail)
+        logits, tail_logits = out if tail else (out, None)
+        stats = {"logp": token_logprobs(logits, d["r_ids"][mb].to(lrn.device), **lrn.sampling), "tail": tail_logits}
+        if entropy:
+            stats["entropy"] = token_entropy(logits, **lrn.sampling)
+        # prompt tokens once per group (the shared-prompt forward), each response's own
+        lengths = d["mask"][mb].sum(1)
+        p_len = lengths - d["r_mask"][mb].sum(1)
+        groups, inverse = torch.unique(d["groups"][mb], return_inverse=True)
+        prompts = torch.zeros(len(groups), dtype=p_len.dtype).scatter_(0, inverse, p_len)  # one per group
+        stats["tokens"] = int(d["r_mask"][mb].sum() + prompts.sum())
+        stats["sq"] = float((lengths.double() ** 2).sum())
+        return stats
 
     def _loss(self, logp, old_lp, adv, prox, mask):
         """The policy loss under the off-policy correction (any loss composes with any correction)."""
@@ -191,7 +169,6 @@ class PolicyGradient(Objective):
         over the rows that need a forward pass (`own`: this rank's share of them). A non-finite loss
         or gradient skips the step (counted, warned) instead of poisoning the weights."""
         from actors.algorithms import KL_ESTIMATORS
-        from actors.sampling import token_entropy, token_logprobs
 
         lrn, dev, p_width = self.learner, self.learner.device, d["p_width"]
         kl_estimator = KL_ESTIMATORS.get(lrn.algo.kl_estimator)
@@ -202,10 +179,19 @@ class PolicyGradient(Objective):
         for param in lrn.trained_parameters():  # a fresh or just-restored process has None grads
             if param.grad is None and param.requires_grad:
                 param.grad = torch.zeros_like(param)
-        part = {k: 0.0 for k in sums}
+        part = {k: 0.0 for k in sums} | {"work_tokens": 0.0, "work_sq": 0.0}
         if lrn.algo.entropy_coef > 0:  # every rank reduces the same keys
             part["entropy"] = 0.0
-        finite = True
+        # Sums stay on the device (in float64, as Python floats summed them) and are read once after
+        # the loop: no host synchronisation inside it, so the next micro-batch is queued while the
+        # device still runs this one.
+        acc: dict[str, torch.Tensor] = {}
+
+        def add(key: str, value: torch.Tensor) -> None:
+            value = value.detach().double()
+            acc[key] = acc[key] + value if key in acc else value
+
+        nonfinite = torch.zeros((), dtype=torch.bool, device=dev)
         compute = rows[needed[rows]]
         riders = self.riders()
         after = any(r.needs_tail for r in riders)
@@ -213,49 +199,54 @@ class PolicyGradient(Objective):
         scale = lrn.ranks.world_size
         for rider in riders:
             rider.begin(d, rows)
-        for mb, real in lrn.ranks.micro_batches(own, lrn.algo.micro_batch_size, compute):
-            m = d["r_mask"][mb].to(dev).float()
-            out = lrn._response_logits(lrn.model, d["ids"][mb], d["mask"][mb], d["positions"][mb], p_width,
-                                       groups=d["groups"][mb], after=after)
-            logits, tail = out if after else (out, None)
-            logp = token_logprobs(logits, d["r_ids"][mb].to(dev), **lrn.sampling)
-            pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
-                                   None if d["prox"] is None else d["prox"][mb].to(dev), m)
-            loss = pg
-            if lrn.algo.entropy_coef > 0:  # a bonus on the sampling distribution's entropy
-                ent = token_entropy(logits, **lrn.sampling)
-                loss = loss - lrn.algo.entropy_coef * ent
-                part["entropy"] += (ent.detach() * m).sum().item() if real else 0.0
-            terms = []
-            for rider in riders:
-                term, rider_sums = rider.term(tail, d, mb)
-                if isinstance(term, torch.Tensor) or term:
-                    terms.append(term)
-                for k, v in rider_sums.items():
-                    part[k] = part.get(k, 0.0) + (v if real else 0.0)
-            if lrn.reference is not None:
-                with torch.no_grad():
-                    ref_lp = lrn._token_logprobs(lrn.reference, d["ids"][mb], d["mask"][mb], d["positions"][mb],
-                                                 d["r_ids"][mb], p_width, groups=d["groups"][mb], **lrn.sampling)
-                kl = kl_estimator(logp, ref_lp)
-                loss = loss + lrn.algo.kl_coef * kl
-                part["kl"] += (kl.detach() * m).sum().item() if real else 0.0
-            total = (loss * m * row_w[mb].to(dev)[:, None]).sum()  # the update's aggregation (loss_agg)
-            for term in terms:
-                total = total + term
-            if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
-                (total * 0).backward()
-                continue
-            if not torch.isfinite(total):
-                finite = False
-                if not lrn.ranks.sharded:
-                    break
-            (total * scale).backward()
-            with torch.no_grad():
-                part["loss"] += (loss * m).sum().item()
-                part["pg_loss"] += (pg * m).sum().item()
-                part["clip_frac"] += (stats["clip_frac"] * m).sum().item()
-                part["is_weight"] += (stats["is_weight"] * m).sum().item()
+        # the packed kernel stays chosen over the backward passes too: activation checkpointing
+        # recomputes layers there, and a recomputed layer looks its attention kernel up again
+        with attention.packed(lrn.model) if lrn.packing else contextlib.nullcontext():
+            for mb, real in lrn.ranks.micro_batches(lrn.plan_micro_batches(own, d), None, compute):
+                m = d["r_mask"][mb].to(dev).float()
+                fwd = self._forward(lrn.model, d, mb, entropy=lrn.algo.entropy_coef > 0, tail=after)
+                logp, tail = fwd["logp"], fwd["tail"] if after else None
+                if real:  # the FLOP count's inputs (summed over ranks with the other sums)
+                    part["work_tokens"] += fwd["tokens"]
+                    part["work_sq"] += fwd["sq"]
+                pg, stats = self._loss(logp, d["old_lp"][mb].to(dev), d["adv"][mb].to(dev),
+                                       None if d["prox"] is None else d["prox"][mb].to(dev), m)
+                loss = pg
+                if lrn.algo.entropy_coef > 0:  # a bonus on the sampling distribution's entropy
+                    ent = fwd["entropy"]
+                    loss = loss - lrn.algo.entropy_coef * ent
+                    if real:
+                        add("entropy", (ent * m).sum())
+                terms = []
+                for rider in riders:
+                    term, rider_sums = rider.term(tail, d, mb)
+                    if isinstance(term, torch.Tensor) or term:
+                        terms.append(term)
+                    for k, v in rider_sums.items():
+                        part[k] = part.get(k, 0.0) + (v if real else 0.0)
+                if lrn.reference is not None:
+                    with torch.no_grad():
+                        ref_lp = self._forward(lrn.reference, d, mb)["logp"]
+                    kl = kl_estimator(logp, ref_lp)
+                    loss = loss + lrn.algo.kl_coef * kl
+                    if real:
+                        add("kl", (kl * m).sum())
+                total = (loss * m * row_w[mb].to(dev)[:, None]).sum()  # the update's aggregation (loss_agg)
+                for term in terms:
+                    total = total + term
+                if not real:  # a ghost micro-batch (fsdp2): the collectives, no gradient, no sums
+                    (total * 0).backward()
+                    continue
+                nonfinite |= ~torch.isfinite(total.detach())  # a poisoned gradient: the step is skipped
+                (total * scale).backward()
+                add("loss", (loss * m).sum())
+                add("pg_loss", (pg * m).sum())
+                add("clip_frac", (stats["clip_frac"] * m).sum())
+                add("is_weight", (stats["is_weight"] * m).sum())
+        if acc:  # one read for every sum
+            for k, v in zip(acc, torch.stack(list(acc.values())).tolist()):
+                part[k] += v
+        finite = not bool(nonfinite)
         grad_norm = lrn.clip_grads(lrn.algo.grad_clip)
         finite = lrn.ranks.all(finite)
         if finite and torch.isfinite(grad_norm):
@@ -272,18 +263,3 @@ class PolicyGradient(Objective):
         for k, v in part.items():
             sums[k] = sums.get(k, 0.0) + v
         return finite, float(grad_norm), len(compute)
-
-
-def estimate(estimator, rewards: torch.Tensor, groups: torch.Tensor, config) -> torch.Tensor:
-    """An advantage estimator's output; one that takes a `config` keyword gets the run's config, so a
-    recipe's own settings section can parametrise it (examples/pass_at_k.py)."""
-    return estimator(rewards, groups, config=config) if _takes_config(estimator) else estimator(rewards, groups)
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_config(estimator) -> bool:
-    """Once per estimator, not per step."""
-    try:
-        return "config" in inspect.signature(estimator).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        return False

@@ -1,26 +1,19 @@
-"""The metrics of one RL step (rewards, losses, samples, staleness), from the policy-gradient objective."""
+"""The metrics of one RL step (losses, samples, staleness), from the policy-gradient objective. Those
+of its rewards and advantages come from the credit step (orchestrator/credit.py)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
 
-def rl_metrics(learner, table, rewards, groups, outcome, sums, old_lp, r_mask, norms, skipped) -> dict:
+def rl_metrics(learner, table, groups, sums, old_lp, r_mask, norms, skipped) -> dict:
     n_tokens = int(r_mask.sum())
-    n_groups = int(groups.max()) + 1 if len(groups) else 0
-    lo = torch.full((n_groups,), math.inf).scatter_reduce(0, groups, rewards, "amin")
-    hi = torch.full((n_groups,), -math.inf).scatter_reduce(0, groups, rewards, "amax")
     versions = table.column("policy_version")
     per_token = max(n_tokens, 1)
     out = {
         "version": learner.version,
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
         "train/loss": sums["loss"] / per_token,
         "train/pg_loss": sums["pg_loss"] / per_token,
         "train/clip_frac": sums["clip_frac"] / per_token,
@@ -31,14 +24,11 @@ def rl_metrics(learner, table, rewards, groups, outcome, sums, old_lp, r_mask, n
         "train/skipped_nonfinite": float(learner.skipped_steps),
         "train/step_skipped": float(skipped > 0),
         "train/optimizer_steps": len(norms),
-        "train/advantage_abs_mean": float(outcome.abs().mean()),
         "samples/count": table.num_rows,
         "samples/tokens": int(n_tokens + pc.sum(pc.list_value_length(table.column("prompt_ids"))).as_py()),
         "samples/response_length": n_tokens / max(table.num_rows, 1),
         "samples/truncated_frac": float(pc.mean(pc.equal(pc.cast(table.column("finish_reason"),
                                                                 pa.string()), "length")).as_py()),
-        # groups whose samples all got the same reward carry no group-relative signal
-        "samples/uniform_reward_groups_frac": float((lo == hi).float().mean()) if n_groups else 0.0,
         # diversity: how many different responses a group's samples are (1: the policy has collapsed)
         "samples/distinct_per_group": distinct_per_group(table.column("response_ids").to_pylist(), groups.tolist()),
         "policy/version_min": int(pc.min(versions).as_py()),

@@ -33,7 +33,9 @@ class SelfJudge(Objective):
     def __init__(self, learner, coef: float = 0.5, per_update: int = 64, threshold: float = 0.5,
                  mode: str = "pointwise", pair_template: str = "{prompt}{a}|{b}?", first: str = "A",
                  second: str = "B", reflect_template: str = "{prompt}{response}|{prompt}", verdict_cue: str = "?",
-                 reflect_tokens: int = 8):
+                 reflect_tokens: int = 8, template: str = "{prompt}{response}?", yes: str = "Y", no: str = "N"):
+        """The options of recipe spark's `spark` section, and `template`, `yes`, `no`: the judge's
+        (its `judge` section), which the judge reward reads too."""
         from actors.judging import single_token
 
         super().__init__(learner)
@@ -47,14 +49,14 @@ class SelfJudge(Objective):
             raise ValueError(f"self_judge mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.coef, self.per_update, self.threshold, self.mode = coef, per_update, threshold, mode
         self.label = fns[0].name
-        self.template = config.judge.template
+        self.template = template
         self.pair_template, self.reflect_template, self.cue = pair_template, reflect_template, verdict_cue
         self.reflect_tokens = reflect_tokens
         tok = learner.tokenizer
         if mode == "pairwise":  # verdict tokens: (right when the first listed is correct, the other)
             self.tokens = (single_token(tok, first, "spark.first"), single_token(tok, second, "spark.second"))
         else:
-            self.tokens = (single_token(tok, config.judge.yes, "judge.yes"), single_token(tok, config.judge.no, "judge.no"))
+            self.tokens = (single_token(tok, yes, "judge.yes"), single_token(tok, no, "judge.no"))
         # units of examples drawn together: one judged response, or a pair's two orders
         self.units: list[list[tuple[str, str, bool]]] = []
         self._sums = {"loss": 0.0, "right": 0.0, "count": 0.0}

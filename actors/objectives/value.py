@@ -1,6 +1,8 @@
 """The critic's objective: a value head (one linear layer) on the hosting learner's model, which has
 the policy's architecture, predicting a value per response token; trained with the clipped value
-loss against given returns (actors/algorithms/value.py). Recipe ppo hosts it in its critic role."""
+loss against given returns (actors/algorithms/value.py). Recipe ppo hosts it in its critic role and
+calls `values_of` before its credit step (GAE, which writes the `returns`) and `step` after it,
+through the learner's `call_objective`."""
 
 from __future__ import annotations
 
@@ -84,6 +86,10 @@ class Value(Objective):
                 "value": (v.detach() * m).sum().item()}
         return (loss * m).sum(), sums
 
+    def values_of(self, table: pa.Table) -> tuple[pa.Table, dict]:
+        """The table with `old_values` at the critic's current version, and `{"version"}`."""
+        return self.annotate(table), {"version": self.learner.version}
+
     @torch.no_grad()
     def annotate(self, table: pa.Table) -> pa.Table:
         """The table with `old_values`: the value of the state before every response token."""
@@ -94,9 +100,11 @@ class Value(Objective):
         lengths = r_mask.sum(1).numpy()
         return B.replace_column(table, "old_values", B.list_column(out[r_mask].numpy(), lengths, pa.float32()))
 
-    def step(self, table: pa.Table) -> dict[str, float]:
-        """One optimizer step: the token-mean value loss over every response token, in micro-batches."""
+    def step(self, *tables: pa.Table) -> dict[str, float]:
+        """One optimizer step on the concatenated tables: the token-mean value loss over every response
+        token, in micro-batches."""
         lrn = self.learner
+        table = B.concat(list(tables))
         data = self.tensors(table)
         tokens = max(int(data["r_mask"].sum()), 1)
         lrn.optimizer.zero_grad(set_to_none=True)

@@ -23,6 +23,7 @@ from orchestrator.config import Section
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
 from orchestrator.stage_cache import fmt, save_stage, stage_path
 from orchestrator.stages import StageProgress, stop_if_requested
+from pipelines.laser_reward import save_c, with_offset
 from pipelines.stages import PolicyWarmup
 
 
@@ -52,6 +53,11 @@ class LaserConfig(Section):
     warmup_pairs: int = Field(64, gt=0)  # pairs per step
     warmup_resample: int = Field(100, gt=0)
     warmup_prompts: int = Field(2048, gt=0)
+
+    def objective(self, config) -> dict:
+        """The policy learner's laser_align objective with these settings (actors/objectives/laser_align.py)."""
+        return {"name": "laser_align", "token": self.token, "beta": self.beta, "mse_weight": self.mse_weight,
+                "balance": self.balance, "label": config.label_source(self)}
 
     def cross_check(self, config) -> None:
         if config.laser_rewards() and self.warmup_steps and config.verifier.fraction == 0:
@@ -112,7 +118,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         budget=f"{laser.warmup_steps} steps (laser.warmup_steps) of {laser.warmup_pairs} (correct, wrong) pairs of the "
                f"policy's own samples of {prompts.num_rows} verifier-labelled training prompts, re-drawn every "
                f"{laser.warmup_resample} steps; cached, so later runs with the same settings skip it")
-    steps, stats, drawn, samples, pairs = 0, {}, [], None, []
+    steps, stats, drawn, samples, pairs, c = 0, {}, [], None, [], laser.c
     while steps < laser.warmup_steps:
         stop_if_requested(ctx, "self-verification warm-up", steps)
         fresh = await labelled_samples(ctx, prompts, _EVAL_SEQ - 1000 * (steps + 1))
@@ -137,13 +143,17 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                                f"sample: batches of {len(pairs)} pairs instead of laser.warmup_pairs={laser.warmup_pairs}")
         n = min(laser.warmup_resample, laser.warmup_steps - steps)
         batches = [pair_batch(samples, pairs, laser.warmup_pairs, rng) for _ in range(n)]
+        if c is None:  # fixed from the first batch when laser.c leaves it open, as in RL
+            c = float(np.nanmean(batches[0].column("laser_logprob").to_numpy(zero_copy_only=False)))
+        batches = [with_offset(b, c) for b in batches]
         stats = {}
         for i in range(0, n, _CHUNK):  # one optimizer across the chunks: the same steps, progress between them
-            part = await learner.call("laser_align_steps", batches[i:i + _CHUNK], laser.warmup_lr, laser.warmup_nll,
-                                      table=False)
+            part = await learner.call("call_objective", "laser_align", "align_steps", batches[i:i + _CHUNK],
+                                      laser.warmup_lr, laser.warmup_nll, table=False)
             chunk = len(batches[i:i + _CHUNK])
             stats = {k: stats.get(k, 0.0) + v * chunk / n for k, v in part.items()}  # the block's means
             progress.update(steps + i + chunk, f"mse {part['laser_warmup/mse']:.3f}, nll {part['laser_warmup/nll']:.3f}")
+        stats["laser_warmup/c"] = c
         steps += n
         await channel.publish(0)  # the next samples come from the policy as trained so far
         ctx.progress.print(f"self-verification warm-up: step {steps}/{laser.warmup_steps}, mse "
@@ -159,6 +169,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
             **{f"laser_warmup/{k[5:]}_before": v for k, v in before.items()},
             **{f"laser_warmup/{k[5:]}_after": v for k, v in after.items()},
             **stats, "laser_warmup/accuracy_after": accuracy, "laser_warmup/time_s": time.perf_counter() - started}
+    if laser.c is None and c is not None:  # a c learned from the data: the RL run from this model keeps it
+        save_c(out_dir, c)
     return await save_stage(learner, out_dir, MARKER, info)
 
 

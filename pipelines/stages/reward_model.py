@@ -116,6 +116,7 @@ class RewardModels(Stage):
             shutil.rmtree(out_dir)
         sub = Run(warmup_config(cfg), out_dir / "run", resume=False)
         sub.progress, sub._pending_stop = ctx.progress, ctx.stop_requested
+        sub.gpus_usable = ctx.run.gpus_usable  # the parent's verdict on this machine's CUDA
         ctx.run.nested.append(sub)  # a Ctrl-C reaches it
         try:
             summary = await sub.main(nested=True)
