@@ -446,6 +446,9 @@ class WeightsConfig(Section):
     # a collective publish (forming the group, or one broadcast) that takes longer fails; the
     # channel then sends that version through the object store and forms a new group next time
     timeout_s: float = Field(300.0, gt=0)
+    # forming a new group: every replica must arrive within this; one that does not (it died before
+    # joining) is dropped to the object store for that version, counted (channel/<name>/join_failures)
+    join_timeout_s: float = Field(30.0, gt=0)
 
 
 class Config(Section):
