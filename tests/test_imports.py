@@ -37,9 +37,10 @@ def imports(path: Path, modules: set[str]) -> set[str]:
         for name in names:
             while name and name not in modules:  # a.b.func -> a.b
                 name = name.rpartition(".")[0]
-            # `a.b` importing its own package `a` is no circle: importing a.b runs a/__init__ first
-            # anyway (a package that registers its submodules' plug-ins, e.g. actors.rewards)
-            if name and name != me and not me.startswith(name + "."):
+            # `a.b` importing its own package `a` counts: a package whose __init__ imported its plug-ins
+            # (which import it back for its registry) would be a circle (a registry imports its
+            # built-ins on first lookup instead: actors.registry.Registry's plugins)
+            if name and name != me:
                 found.add(name)
     return found
 
