@@ -657,14 +657,46 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
     source = recipe_path(path)
+    data = read_config_file(source)
+    data = apply_overrides(data, overrides or [])
+    return validate_config(data, source=str(source))
+
+
+def read_config_file(source: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML config as a mapping, its `base:` folded in: `base: NAME` (a recipe in pipelines/) or a
+    path (relative to this file) whose config this one states only the differences from. Mappings
+    merge key by key, at any depth; anything else (a list, a value) replaces the base's."""
     try:
         data = yaml.safe_load(source.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
-    data = apply_overrides(data, overrides or [])
-    return validate_config(data, source=str(source))
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{source}: base must be a recipe name or a YAML path, got {base!r}")
+    beside = source.resolve().parent / base
+    try:
+        parent = beside if Path(base).suffix in (".yaml", ".yml") and beside.is_file() else recipe_path(base)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: base {base!r}: {e}") from None
+    if parent.resolve() in _seen or parent.resolve() == source.resolve():
+        chain = " -> ".join(str(p) for p in (*_seen, source.resolve(), parent.resolve()))
+        raise ConfigError(f"{source}: base {base!r} leads back to itself ({chain})")
+    return merge_config(read_config_file(parent, (*_seen, source.resolve())), data)
+
+
+def merge_config(base: dict, changes: dict) -> dict:
+    """`base` with `changes` over it: mappings merged key by key, anything else replaced."""
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_config(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def validate_config(data: dict, source: str = "config") -> Config:

@@ -20,6 +20,7 @@ RECIPE_LINES = {
     "mixed_rewards": "verifier + reward model + format reward with G-RA gates",
     "process_hacking": "a naive per-step process reward and its Clipping / Delta shaping",
     "code_tasks": "one-line Python functions rewarded by running their unit tests",
+    "dapo": "DAPO: clip-higher, token-mean loss, dynamic sampling, overlong penalty (base: grpo_addition)",
     "subtraction_jsonl": "a user JSONL dataset and a user reward function (pipelines/examples/)",
 }
 
