@@ -204,6 +204,8 @@ class Trainable:
             model.save_pretrained(out, state_dict=state)
             if tokenizer:
                 self.tokenizer.save_pretrained(out)
+            from actors.modeling import umask_modes
+            umask_modes(out)
 
     def _trained_module(self) -> torch.nn.Module:
         """The module that owns every parameter the optimizer holds: the model, or the model plus the

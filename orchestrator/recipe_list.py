@@ -25,7 +25,35 @@ RECIPE_LINES = {
 }
 
 
+# What a first run adds from a cold cache: the warm-up stages, cached for later runs with the same
+# settings (docs/recipes.md#what-a-first-run-costs has the measurements). On 2 idle CPU cores the SFT
+# warm-up to 0.5-0.6 is about 200 steps and 20-25 s, the self-verification warm-up 1200 steps and
+# 2.5 min; a busy machine takes several times that.
+SFT = "SFT warm-up to {} (~200 steps, ~25 s)"
+FIRST_RUN = {
+    "grpo_addition": SFT.format(0.5),
+    "reward_model": SFT.format(0.6),
+    "cooper": SFT.format(0.6) + " + 10 reward-model steps (~0.15x the SFT's time)",
+    "prime": SFT.format(0.6),
+    "ppo": SFT.format(0.6),
+    "dph": SFT.format(0.6),
+    "spark": SFT.format(0.6),
+    "spc": SFT.format(0.6),
+    "self_rewarding": SFT.format(0.6) + " + 300 judging steps (~3x the SFT's time)",
+    "self_judged_grpo": SFT.format(0.6) + " + 300 judging steps (~3x the SFT's time)",
+    "laser": SFT.format(0.6) + " + 1200 self-verification steps (~2.5 min)",
+    "majority_vote": "SFT warm-up to 0.8 (more steps than to 0.6)",
+    "co_reward": "SFT warm-up to 0.8 (more steps than to 0.6)",
+    "mixed_rewards": SFT.format(0.6) + " + 10 reward-model steps (~0.15x the SFT's time)",
+    "process_hacking": SFT.format(0.6),
+    "code_tasks": "SFT warm-up to 0.3 on the code data (at most 600 steps)",
+    "subtraction_jsonl": "SFT warm-up to 0.3 on the subtraction data",
+}
+
+
 def recipes_help() -> str:
     width = max(map(len, RECIPE_LINES))
-    return "recipes (coevo run NAME loads pipelines/NAME.yaml):\n" + "\n".join(
-        f"  {name:{width}}  {line}" for name, line in RECIPE_LINES.items())
+    return ("recipes (coevo run NAME loads pipelines/NAME.yaml); a first run also pays for the warm-ups after\n"
+            "'first run:' (times on 2 idle CPU cores; cached, later runs skip them):\n" + "\n".join(
+                f"  {name:{width}}  {line}\n  {'':{width}}    first run: {FIRST_RUN[name]}"
+                for name, line in RECIPE_LINES.items()))

@@ -95,6 +95,11 @@ class Recipe:
         """Roles a stage borrows where the recipe has none of that name (temporary pools)."""
         return policy_roles(sources)
 
+    def step_budget(self, config) -> tuple[int, bool]:
+        """At most how many loop steps a run takes, and whether it may end before them (the progress
+        estimate's basis): train.max_steps, ending early at train.stop_at_accuracy."""
+        return config.train.max_steps, config.train.stop_at_accuracy is not None
+
     @classmethod
     def credit(cls, config, sources: Sources):
         """The credit step between scoring and learning (orchestrator.credit.Credit: aggregation,

@@ -295,6 +295,12 @@ class SelfRewarding(GRPO):
         self.source = IterationSource(ctx, self, state)
         return self.source
 
+    def step_budget(self, config) -> tuple[int, bool]:
+        """Its iterations end the run: each trains at most `epochs` passes over `prompts` pairs in
+        steps of `batch_pairs` (fewer where pairs are skipped)."""
+        it = config.iterations
+        return min(config.train.max_steps, it.iterations * it.epochs * -(-it.prompts // it.batch_pairs)), True
+
     async def score_piece(self, ctx, table):  # pairs are built by the source, not scored per piece
         return table, {}
 

@@ -4,10 +4,12 @@ the steps after it, and finishes with every sample trained exactly once (train.l
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import threading
+import time
 import uuid
 
 import pytest
@@ -38,7 +40,9 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
+    started = time.monotonic()
     out = finish(proc, 500)
+    wall = time.monotonic() - started
     thread.join(timeout=5)
     assert proc.returncode == 0, out[-6000:]
     assert len(killed) == 2, (killed, out[-4000:])
@@ -49,3 +53,10 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
                      r"0 more restart\(s\) allowed", out), out[-4000:]
     check_no_loss(run_dir, steps)  # one metrics row per step, each sample trained on once
     assert read_metrics(run_dir)[-1]["version"] == steps
+    # the summary and the last line count the whole command: its wall time, both restarts
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["restarts"] == 2 and [r["from_step"] for r in summary["restart_history"]] == [0, 4]
+    assert summary["time/wall_s"] > wall - 30 and summary["time/restart_s"] > 0, (summary, wall)
+    redone = summary["steps_redone"]
+    assert redone == sum(r["at_step"] - r["from_step"] for r in summary["restart_history"]) > 0
+    assert f"{steps} steps in {summary['time/wall_s']:.1f}s, after 2 learner restarts ({redone} steps redone)" in out
