@@ -48,6 +48,7 @@ FIRST_RUN = {
     "process_hacking": SFT.format(0.6),
     "code_tasks": "SFT warm-up to 0.3 on the code data (at most 600 steps)",
     "subtraction_jsonl": "SFT warm-up to 0.3 on the subtraction data",
+    "dapo": SFT.format(0.5) + ", the default's own (one cache entry)",
 }
 
 
