@@ -417,8 +417,9 @@ class TrainConfig(Section):
     # also after the first step that ends this many seconds after the last checkpoint (or the loop's
     # start), so long steps do not leave hours of work unprotected; None: by step count only
     checkpoint_every_s: Optional[float] = Field(None, gt=0)
-    # a learner that dies or hangs (kill -9, out of memory, a lost node) restarts the run from its
-    # newest checkpoint (with none yet: from the first step) this many times; 0: the run ends
+    # a learner that dies or hangs (kill -9, out of memory, a lost node) restarts, with the other learner
+    # roles, from the newest checkpoint (with none yet: from the first step) this many times, while the
+    # other roles keep running; 0: the run ends
     learner_restarts: int = Field(2, ge=0)
     keep_checkpoints: int = Field(2, ge=1)  # the newest K step checkpoints are kept
     dump_rollouts: bool = False  # rollouts/step_N.parquet
