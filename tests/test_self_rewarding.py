@@ -136,7 +136,7 @@ def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, w
                       "judge.warmup_steps=4", "judge.warmup_resample=2", "judge.warmup_batch_size=8",
                       "train.eval_every=2", "train.dump_rollouts=true", "--output-dir", str(run_dir)), env, tmp_path)
     assert "started a local Ray cluster (2 CPUs, 127.0.0.1:" in out
-    assert "judging warm-up: step 2/4" in out and "judging warm-up: step 4/4" in out  # re-drawn once
+    assert "judging warm-up 2: loss" in out and "judging warm-up 4: loss" in out  # re-drawn once
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["judge_warmup/steps"] == 4 and "judge_warmup/auroc_own_samples" in summary
     evals = [r for r in read_metrics(run_dir) if "eval/accuracy" in r]
