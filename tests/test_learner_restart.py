@@ -38,9 +38,9 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
             pids = actor_pids(mark, "Learner")
             if proc.poll() is not None or not pids:
                 return
-            others.append(survivors())
             os.kill(pids[0], signal.SIGKILL)
             killed.append(steps_logged(run_dir))
+            others.append(survivors())  # after the kill (a scan takes a while): these do not die with it
         while proc.poll() is None and steps_logged(run_dir) < steps - 1:  # trained again after the restart
             threading.Event().wait(0.05)
         others.append(survivors())
