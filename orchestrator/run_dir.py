@@ -30,8 +30,9 @@ def holds_run(path: Path) -> bool:
 def mark(path: Path) -> None:
     """Make `path` a run directory (kept when it already is one)."""
     if not (path / MARKER).is_file():
-        from importlib.metadata import version
-        (path / MARKER).write_text(json.dumps({"coevo": version("coevo"), "created": time.strftime(
+        from orchestrator import __version__  # the source tree's or the installed one's
+
+        (path / MARKER).write_text(json.dumps({"coevo": __version__, "created": time.strftime(
             "%Y-%m-%dT%H:%M:%S%z")}) + "\n")
 
 
