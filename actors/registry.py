@@ -8,11 +8,22 @@ from typing import Any, Callable
 
 
 class Registry:
-    """A named table of plug-ins. Names that contain ':' are imported as `module:attr` paths."""
+    """A named table of plug-ins. Names that contain ':' are imported as `module:attr` paths.
 
-    def __init__(self, kind: str):
+    `plugins`: the modules that register the built-ins, imported on the first lookup. The registry
+    lives where its plug-ins import it from, and that module never imports them back (no package
+    `__init__` in a circle with its plug-ins: tests/test_imports.py)."""
+
+    def __init__(self, kind: str, plugins: tuple[str, ...] = ()):
         self.kind = kind
         self._items: dict[str, Any] = {}
+        self._plugins, self._loaded = tuple(plugins), not plugins
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True  # first: a plug-in that looks something up while it registers
+            for module in self._plugins:
+                importlib.import_module(module)
 
     def register(self, name: str) -> Callable[[Any], Any]:
         def deco(obj: Any) -> Any:
@@ -23,13 +34,21 @@ class Registry:
 
         return deco
 
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of the table, built-ins loaded (a test that registers restores it afterwards)."""
+        self._load()
+        return dict(self._items)
+
     def names(self) -> list[str]:
+        self._load()
         return sorted(self._items)
 
     def __contains__(self, name: str) -> bool:
+        self._load()
         return name in self._items or ":" in name
 
     def get(self, name: str) -> Any:
+        self._load()
         if name in self._items:
             return self._items[name]
         if ":" in name:

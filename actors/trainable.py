@@ -18,7 +18,7 @@ import torch
 
 from actors import batch as B
 from actors.modeling import cache_kwargs, output_cache
-from actors.weight_transport import Endpoint, Link, WeightTransportError, node_ip
+from actors.weight_transport import Endpoint, JoinTimeout, Link, WeightTransportError, node_ip
 from actors.weights import export_state
 
 STATE_FILE = "learner_state.pt"
@@ -170,7 +170,7 @@ class Trainable:
         try:
             return {"bytes": self.weights_endpoint.send(link, state, version, device=str(self.device))}
         except WeightTransportError as e:
-            return {"error": str(e)}
+            return {"error": str(e), "not_joined": isinstance(e, JoinTimeout)}
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict:

@@ -139,6 +139,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 if channel.settings.transport == "collective":  # groups formed; versions sent the other way
                     row[f"channel/{name}/epochs"] = channel.epochs
                     row[f"channel/{name}/fallbacks"] = channel.fallbacks
+                    row[f"channel/{name}/join_failures"] = channel.join_failures
             evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
             # Ray's restart counts are read fresh on evaluated steps (and the last), else at most once a second
             restarts_age = 0.0 if evaluated else FAILURES_EVERY_S

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -57,10 +58,23 @@ def resolve_run_dir(config: Config, resume: bool) -> Path:
     return path
 
 
+@dataclass
+class Survivors:
+    """What a learner restart keeps of the failed attempt: its Ray cluster, the pools that are not
+    learners (generators, verifiers, reward models and judges: the same actors, which take the
+    restored learner's weights) and the attempt's model sources and warm-up results."""
+    local: bool
+    pools: dict
+    sources: Sources
+    warm_info: dict = field(default_factory=dict)
+    kept: dict = field(default_factory=dict)  # the Run's attributes carried over
+
+
 class Run:
     def __init__(self, config: Config, run_dir: Path, resume: bool, restarted: bool = False,
-                 session: Session | None = None):
+                 session: Session | None = None, survivors: Survivors | None = None):
         self.config, self.run_dir = config, run_dir
+        self.survivors = survivors  # after a lost learner: what the failed attempt leaves running
         self.session = session or Session()  # the command's timing, restarts and resume point
         self.restarted = restarted  # after a lost learner: with no checkpoint, earlier rows are redone
         self.resume_from = ckpt.latest(run_dir) if resume else None
@@ -107,13 +121,21 @@ class Run:
     async def _main(self, nested: bool) -> dict:
         cfg, session = self.config, self.session
         t_start = time.perf_counter()
-        if not nested:
+        kept = self.survivors
+        if kept is not None:  # a learner restart: the same cluster, the same GPU plan
+            local = kept.local
+            self._install_signals()
+            for name, value in kept.kept.items():
+                setattr(self, name, value)
+        elif not nested:
             where, local = cluster.connect(cfg.ray)
             self.progress.print(where)
             self._install_signals()
         else:
             local = False
-        self.gpu_plan = self._plan_gpus(local, nested)
+        self.local = local
+        if kept is None:
+            self.gpu_plan = self._plan_gpus(local, nested)
         session.add("ray_start", time.perf_counter() - t_start)
         # from here to the loop: the warm-up stages (timed by the stage driver) and the actors' start
         t_actors, counted = time.perf_counter(), sum(session.phases.values())
@@ -122,6 +144,9 @@ class Run:
         pools: dict = {}
         if self.resume_from is not None:  # every stage finished before the checkpoint
             sources = self._resumed_sources()
+            pools = dict(kept.pools) if kept is not None else {}
+        elif kept is not None:  # no checkpoint yet: the failed attempt's sources, from the first step
+            sources, warm_info, pools = kept.sources, dict(kept.warm_info), dict(kept.pools)
         else:
             sources = Sources()
             pools, warm_info = await StageDriver(self, prompts, local).run_all(sources)
@@ -136,6 +161,7 @@ class Run:
                 sources.policy = str(self.run_dir / self._frozen["policy"])
             sources.reward_models = {n: str(self.run_dir / rel) for n, rel in self._frozen["reward_models"].items()}
         self._policy_source = sources.policy
+        self._sources, self._warm_info = sources, warm_info
         roles = self.role_specs(sources)
         cluster.check_resources(cfg, roles, local)
         pools.update(build_pools({k: v for k, v in roles.items() if k not in pools}, cfg))
@@ -181,6 +207,24 @@ class Run:
         summary["sessions"] = self._earlier_sessions() + [session_record(summary)]
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+    def survive(self) -> Survivors | None:
+        """After this attempt lost a learner: shut its learner pools down and keep the rest for the
+        next attempt (None where the attempt had not started its loop's actors: it starts over)."""
+        ctx = self.ctx
+        if ctx is None or getattr(self, "_sources", None) is None:
+            return None
+        keep = {}
+        for name, pool in ctx.pools.items():
+            if pool.spec.learner:
+                pool.shutdown()
+            else:
+                pool.forget_weights()
+                keep[name] = pool
+        names_kept = ("gpu_plan", "gpus_usable", "_frozen", "_policy_source", "_reward_model_sources",
+                      "_warm_start", "_placed")
+        return Survivors(self.local, keep, self._sources, self._warm_info,
+                         {k: getattr(self, k) for k in names_kept})
 
     def _earlier_sessions(self) -> list[dict]:
         """The sessions of a resumed run before this one, from the summary its last session wrote."""
@@ -357,39 +401,54 @@ def run(config: Config, resume: bool = False) -> dict:
     if job.resume_from is not None:
         session.resumed_from, session.first_step = job.resume_from.name, job.state["step"] + 1
     job.progress.print(f"run directory: {run_dir}")
-    restarts = config.train.learner_restarts
+    current = [job]
     try:
-        while True:
-            try:
-                return asyncio.run(job.main())
-            except RoleError as e:
-                if not e.lost_learner or restarts == 0 or job._pending_stop:
-                    raise
-                t_restart = time.perf_counter()
-                restarts -= 1
-                job.progress.stop()
-                latest = ckpt.latest(run_dir)
-                reached = job.ctx.step if job.ctx else 0
-                job.progress.print(restart_message(e, latest, reached, restarts))
-                session.restarted(reached, _step_of(latest), latest.name if latest else None, str(e))
-                cluster.shutdown()  # every actor of the failed attempt goes with the driver's connection
-                job = Run(config, run_dir, resume=latest is not None, restarted=True, session=session)
-                session.add("restart", time.perf_counter() - t_restart)
+        return asyncio.run(_attempts(config, run_dir, session, current))
     finally:
-        job.progress.stop()
+        current[0].progress.stop()
         try:
             cluster.shutdown()
         except KeyboardInterrupt:  # the run is over: a Ctrl-C while Ray stops only makes it stop sooner
             pass
 
 
+async def _attempts(config: Config, run_dir: Path, session: Session, current: list) -> dict:
+    """The run's attempts in one event loop: a lost learner restarts from the newest checkpoint, with
+    only the learner roles started again (the other roles' actors keep running: Run.survive); one
+    lost before the loop's actors started begins again on a new cluster."""
+    restarts = config.train.learner_restarts
+    while True:
+        job = current[0]
+        try:
+            return await job.main()
+        except RoleError as e:
+            if not e.lost_learner or restarts == 0 or job._pending_stop:
+                raise
+            t_restart = time.perf_counter()
+            restarts -= 1
+            job.progress.stop()
+            latest = ckpt.latest(run_dir)
+            reached = job.ctx.step if job.ctx else 0
+            survivors = job.survive()
+            job.progress.print(restart_message(e, latest, reached, restarts, survivors))
+            session.restarted(reached, _step_of(latest), latest.name if latest else None, str(e))
+            if survivors is None:
+                cluster.shutdown()  # every actor of the failed attempt goes with the driver's connection
+            current[0] = Run(config, run_dir, resume=latest is not None, restarted=True, session=session,
+                             survivors=survivors)
+            session.add("restart", time.perf_counter() - t_restart)
+
+
 def _step_of(checkpoint: Path | None) -> int:
     return json.loads((checkpoint / ckpt.STATE_FILE).read_text())["step"] if checkpoint is not None else 0
 
 
-def restart_message(error: RoleError, latest: Path | None, reached: int, left: int) -> str:
+def restart_message(error: RoleError, latest: Path | None, reached: int, left: int,
+                    survivors: Survivors | None = None) -> str:
     start = _step_of(latest)
     redone = f"steps {start + 1}-{reached} are redone" if reached > start else "no step is redone"
     where = f"its newest checkpoint, {latest.name}" if latest is not None else "the first step (no checkpoint yet)"
-    return (f"{error}\nrestarting the run from {where}: {redone}; {left} more restart(s) allowed "
+    what = (f"the learner roles start again, {', '.join(sorted(survivors.pools))} keep running"
+            if survivors is not None and survivors.pools else "every role starts again")
+    return (f"{error}\nrestarting the run from {where}: {redone}; {what}; {left} more restart(s) allowed "
             f"(train.learner_restarts)")

@@ -195,17 +195,25 @@ def test_version(coevo) -> None:
 
 
 def test_help_lists_every_recipe_with_a_line() -> None:
+    """Each shipped file says what it does and what a first run costs, and `coevo run --help` shows both."""
     from orchestrator.cli import _parser
-    from orchestrator.config import PIPELINES_DIR
-    from orchestrator.recipe_list import RECIPE_LINES
+    from orchestrator.recipe_list import shipped
 
-    assert sorted(RECIPE_LINES) == sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))
-    run_help = _parser()._subparsers._group_actions[0].choices["run"].format_help()
-    from orchestrator.recipe_list import FIRST_RUN
+    recipes = shipped()
+    run_help = " ".join(_parser()._subparsers._group_actions[0].choices["run"].format_help().split())
+    for name, about in recipes.items():
+        assert about.get("summary") and about.get("first_run"), f"pipelines/{name}.yaml lacks '# summary:' or '# first run:'"
+        assert f"{name} {about['summary']}" in run_help and f"first run: {about['first_run']}" in run_help
 
-    assert sorted(FIRST_RUN) == sorted(RECIPE_LINES)  # what a first run of each costs
-    for name, line in RECIPE_LINES.items():
-        assert f"{name}  " in run_help and line in run_help and f"first run: {FIRST_RUN[name]}" in run_help
+
+def test_a_new_config_file_is_listed_from_its_own_lines(tmp_path, monkeypatch) -> None:
+    from orchestrator import recipe_list
+
+    (tmp_path / "mine.yaml").write_text("# summary: my own variant\n# first run: nothing new\nseed: 1\n")
+    (tmp_path / "grpo_addition.yaml").write_text("seed: 0\n")
+    monkeypatch.setattr(recipe_list, "PIPELINES_DIR", tmp_path)
+    assert recipe_list.shipped() == {"grpo_addition": {}, "mine": {"summary": "my own variant", "first_run": "nothing new"}}
+    assert " ".join(recipe_list.recipes_help().split()).endswith("mine my own variant first run: nothing new")
 
 
 def test_help_examples_are_accepted() -> None:
