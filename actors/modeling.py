@@ -169,6 +169,29 @@ def load_reward_model(path: str | Path, seed: int = 0, dtype: torch.dtype = torc
     return model, tokenizer
 
 
+def umask_modes(folder: str | Path) -> None:
+    """safetensors (0.8) writes `model.safetensors` 0600, beside the 0644 files of the rest of a
+    save: give the files in `folder` the mode a plain open() would (0666 less the umask)."""
+    mode = 0o666 & ~_umask()
+    for path in Path(folder).iterdir():
+        if path.is_file() and not path.is_symlink() and (path.stat().st_mode & 0o777) != mode:
+            path.chmod(mode)
+
+
+def _umask() -> int:
+    import os
+
+    try:  # read without changing it (os.umask can only be read by setting it, racing other threads)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def fresh_reward_model(model_cfg: Any, seed: int, workdir: str | Path):
     """A reward model on a freshly built body (`model` config section): no warm policy to start from."""
     model, tok = build(model_cfg, seed)

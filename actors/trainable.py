@@ -18,7 +18,7 @@ import torch
 
 from actors import batch as B
 from actors.modeling import cache_kwargs, innermost, output_cache
-from actors.weight_transport import Endpoint, Link, WeightTransportError, node_ip
+from actors.weight_transport import Endpoint, JoinTimeout, Link, WeightTransportError, node_ip
 from actors.weights import export_state
 
 STATE_FILE = "learner_state.pt"
@@ -170,7 +170,7 @@ class Trainable:
         try:
             return {"bytes": self.weights_endpoint.send(link, state, version, device=str(self.device))}
         except WeightTransportError as e:
-            return {"error": str(e)}
+            return {"error": str(e), "not_joined": isinstance(e, JoinTimeout)}
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict:
@@ -204,6 +204,8 @@ class Trainable:
             model.save_pretrained(out, state_dict=state)
             if tokenizer:
                 self.tokenizer.save_pretrained(out)
+            from actors.modeling import umask_modes
+            umask_modes(out)
 
     def _trained_module(self) -> torch.nn.Module:
         """The module that owns every parameter the optimizer holds: the model, or the model plus the
