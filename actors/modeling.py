@@ -28,7 +28,7 @@ CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
 def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict:
     """The KV cache as forward's keyword: transformers 5.24 renamed `past_key_values` to `cache`
     (the old name warns in every call and goes in 5.40); older versions know only the old one."""
-    inner = getattr(model, "module", model)  # a DDP wrapper's forward takes **kwargs
+    inner = innermost(model)
     name = _CACHE_KWARG.get(type(inner))
     if name is None:
         import inspect
@@ -40,7 +40,7 @@ def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict:
 def last_logits_kwargs(model: torch.nn.Module) -> dict:
     """Ask forward for the last position's logits only (a prefill need not make [B, T, vocab] logits):
     `logits_to_keep` since transformers 4.50 (`num_logits_to_keep` before); {} where neither exists."""
-    inner = getattr(model, "module", model)
+    inner = innermost(model)
     name = _KEEP_KWARG.get(type(inner), "")
     if name == "":
         import inspect
@@ -50,6 +50,13 @@ def last_logits_kwargs(model: torch.nn.Module) -> dict:
 
 
 _KEEP_KWARG: dict[type, str | None] = {}
+
+
+def innermost(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a DDP-style wrapper (`.module`, whose forward takes **kwargs) and a
+    peft model (whose forward passes keywords on): the one whose signature names the keywords."""
+    inner = getattr(model, "module", model)
+    return inner.get_base_model() if hasattr(type(inner), "get_base_model") else inner
 
 
 def output_cache(out: Any) -> Any:

@@ -146,13 +146,13 @@ def _preflight(config) -> None:
     recipe = RECIPES.get(config.recipe)
     if not (isinstance(recipe, type) and issubclass(recipe, Recipe)):
         raise ConfigError(f"recipe {config.recipe!r} is not a subclass of orchestrator.recipes.Recipe")
-    load_prompts(config.data, config.seed)
+    if config.model.path:  # before the datasets: a chat template is read from its tokenizer
+        from orchestrator.model_check import check_model_dir
+        _check_generation_config(check_model_dir(config.model.path))
+    load_prompts(config.data, config.seed, model_cfg=config.model.model_copy(deep=True))  # chat templates too
     if config.reward_model.pairs_path and config.recipe == "reward_model":
         from orchestrator.pair_source import load_pair_splits
         load_pair_splits(config.reward_model, config.seed)
-    if config.model.path:
-        from orchestrator.model_check import check_model_dir
-        _check_generation_config(check_model_dir(config.model.path))
 
 
 def _check_generation_config(path: Path) -> None:

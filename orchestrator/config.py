@@ -60,6 +60,12 @@ class TinyModelConfig(Section):
         return self
 
 
+class BpeModelConfig(Section):
+    vocab_size: int = Field(512, ge=300)  # 256 bytes, 3 special tokens, then merges
+    pad_token: bool = True  # False: the tokenizer ships without a pad token (as many do)
+    cache_dir: str = "~/.cache/coevo/models"
+
+
 class ModelConfig(Section):
     path: Optional[str] = None  # a local HF model directory; None builds the tiny model
     tiny: TinyModelConfig = TinyModelConfig()
@@ -73,6 +79,31 @@ class ModelConfig(Section):
     # the copy runs on a GPU, float32 on a CPU. Weight updates are cast to it as they load
     # (docs/gpu.md).
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # With no `path`: make a chat model directory locally instead of the character-level tiny model, a
+    # byte-level BPE tokenizer trained on the task's text with a ChatML template and a model.tiny-shaped
+    # Qwen2 model (actors/local_model.py), cached under ~/.cache/coevo/models and used as model.path
+    bpe: Optional[BpeModelConfig] = None
+
+    @model_validator(mode="after")
+    def _one_model(self) -> "ModelConfig":
+        if self.path and self.bpe is not None:
+            raise ValueError("model: set model.path (your model directory) or model.bpe (a model made "
+                             "locally), not both")
+        return self
+
+
+class MathWordConfig(Section):
+    """Multi-step word problems (orchestrator/math_word.py): `train_size` + data.eval_size problems."""
+    train_size: int = Field(4000, ge=1)
+    steps: list[int] = [2, 3]  # how many operations a problem chains, drawn per problem
+    max_number: int = Field(9, ge=2)  # quantities in the problems are 1..max_number
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: list[int]) -> list[int]:
+        if not v or min(v) < 1:
+            raise ValueError(f"data.math_word.steps {v}: give one or more step counts, each >= 1")
+        return v
 
 
 class ArithmeticConfig(Section):
@@ -81,12 +112,20 @@ class ArithmeticConfig(Section):
 
 
 class DataConfig(Section):
-    task: Optional[Literal["arithmetic"]] = "arithmetic"  # a built-in task, or None with `path`
+    task: Optional[Literal["arithmetic", "math_word"]] = "arithmetic"  # a built-in task, or None with `path`
     arithmetic: ArithmeticConfig = ArithmeticConfig()
+    math_word: MathWordConfig = MathWordConfig()
     path: Optional[str] = None  # user dataset: .jsonl or .parquet with `prompt` and `answer`
     eval_path: Optional[str] = None  # held-out split; if None, `eval_size` rows of `path`
     eval_size: int = Field(200, ge=1)
     prompt_template: str = "{prompt}"
+    # Conversational prompts (docs/your-model.md): auto applies the tokenizer's chat template where it
+    # has one (a string prompt becomes one user message), none keeps prompts as raw text, or the path
+    # of a Jinja template file. A row's prompt may be a list of {role, content} messages (column
+    # `messages`, or `prompt` itself)
+    chat_template: str = "auto"
+    # a system message put before each string prompt (needs a chat template)
+    system_prompt: Optional[str] = None
     # built-in task: pair each problem with an analogous one (`pair_id`, for co_reward); user data
     # brings its own `pair_id` column
     analogs: Optional[Literal["commuted"]] = None
@@ -273,6 +312,27 @@ class ReplicaRole(Section):
     placement: Literal["pack", "spread"] = "pack"
 
 
+class LoraSettings(Section):
+    r: int = Field(8, gt=0)  # the adapters' rank
+    alpha: float = Field(16.0, gt=0)  # their scale is alpha / r
+    dropout: float = Field(0.0, ge=0, lt=1)  # 0 keeps the learner's log-probs the generator's exactly
+    # module names (peft's target_modules) or "all-linear": every linear layer but the output layer
+    target_modules: Union[list[str], Literal["all-linear"]] = "all-linear"
+
+    @field_validator("target_modules")
+    @classmethod
+    def _not_the_head(cls, v):
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("learner.lora.target_modules is empty: name modules (q_proj, v_proj, ...) or "
+                                 "give all-linear")
+            head = [m for m in v if m in ("lm_head", "embed_tokens")]
+            if head:
+                raise ValueError(f"learner.lora.target_modules: {head[0]!r} is not supported (the learner computes "
+                                 "log-probs from the output layer's own weight); adapt the decoder layers")
+        return v
+
+
 class LearnerConfig(Section):
     """How a learner role with `roles.<name>.replicas: N` trains as N ranks (docs/learners.md)."""
     # ddp: every rank holds the model, gradients are averaged; fsdp2: parameters, gradients and
@@ -293,6 +353,17 @@ class LearnerConfig(Section):
     cpu_offload: bool = False  # fsdp2 on GPU: parameters and optimizer state in host memory
     # a collective that waits longer (a rank died or hangs) fails instead of blocking for ever
     timeout_s: float = Field(600.0, gt=0)
+    # LoRA adapters (peft): only they train in RL and sit in the optimizer; generators get the merged
+    # weights; the KL reference is the base with the adapters off (docs/your-model.md#lora). None: the
+    # whole model trains
+    lora: Optional[LoraSettings] = None
+
+    @model_validator(mode="after")
+    def _lora_strategy(self) -> "LearnerConfig":
+        if self.lora is not None and self.strategy == "fsdp2":
+            raise ValueError("learner.lora is not supported with learner.strategy=fsdp2 (peft's adapters are "
+                             "not sharded here); use learner.strategy=ddp, or train the whole model with fsdp2")
+        return self
 
     @model_validator(mode="after")
     def _old_precision_name(self) -> "LearnerConfig":

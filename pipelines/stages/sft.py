@@ -92,9 +92,11 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                f"{cfg.max_steps} steps of {cfg.batch_size} prompts; cached, so later runs with the same model, data "
                "and warm-up settings skip it")
     # prompts and answers only: pairs (data.analogs) must not change the warm-up's batches
-    sampler = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=ctx.config.seed + 1)
+    # (with the worked `solution` where the data has one: the SFT target)
+    columns = [c for c in ("prompt", "answer", "solution") if c in ctx.prompts.train.schema.names]
+    sampler = PromptSampler(ctx.prompts.train.select(columns), seed=ctx.config.seed + 1)
     steps, accuracy, loss = 0, before, float("nan")
-    held_out = ctx.prompts.eval.select(["prompt", "answer"])
+    held_out = ctx.prompts.eval.select([c for c in columns if c in ctx.prompts.eval.schema.names])
     while steps < cfg.max_steps:
         stop_if_requested(ctx, "SFT warm-up", steps)
         block = min(cfg.eval_every, cfg.max_steps - steps)
