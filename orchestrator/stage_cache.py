@@ -13,9 +13,14 @@ def cache_key(config, extra: dict | None = None) -> str:
     # a kernel choice left at transformers' default is not in the key, so keys made before the
     # setting existed still hit; a chosen kernel changes the warm model's rounding, so it is. The same
     # for model.dtype (the generator's, which evaluates the warm-up): auto is out, a chosen one in
-    unset = {k for k, v in (("attn_implementation", None), ("dtype", "auto")) if getattr(config.model, k) == v}
+    unset = {k for k, v in (("attn_implementation", None), ("dtype", "auto"), ("bpe", None))
+             if getattr(config.model, k) == v}
     model = config.model.model_dump(exclude=unset or None)
-    key = {"model": model, "data": config.data.model_dump(exclude={"analogs"}),
+    # the same for the data settings added later (chat templates, the math_word task), where unused
+    data_unset = {k for k, v in (("chat_template", "auto"), ("system_prompt", None)) if getattr(config.data, k) == v}
+    if config.data.task != "math_word":
+        data_unset.add("math_word")
+    key = {"model": model, "data": config.data.model_dump(exclude={"analogs", *data_unset}),
            "seed": config.seed,
            "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
            "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p],
