@@ -29,15 +29,26 @@ class PromptSet:
 
 
 # ---- built-in tasks ---------------------------------------------------------------------------
-def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, analogs: str | None = None) -> PromptSet:
-    """All `a op b` with `digits`-digit operands; a seeded, disjoint held-out split. With
-    `analogs="commuted"` each problem is paired with its commuted twin (`pair_id`, for Co-Reward;
-    the sampler draws twins together)."""
+MAX_LISTED = 2_000_000  # problems an arithmetic task lists in full; past it, data.arithmetic.sample draws some
+
+
+def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, analogs: str | None = None,
+               sample: int | None = None) -> PromptSet:
+    """All `a op b` with `digits`-digit operands (or `sample` distinct ones drawn at random); a
+    seeded, disjoint held-out split. With `analogs="commuted"` each problem is paired with its
+    commuted twin (`pair_id`, for Co-Reward; the sampler draws twins together)."""
     low = 10 ** (digits - 1) if digits > 1 else 0
     numbers = range(low, 10 ** digits)
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
-    problems = [(f"{a}{op}{b}=", str(ops[op](a, b))) for op in operators
-                for a, b in itertools.product(numbers, numbers)]
+    space = len(operators) * len(numbers) ** 2
+    if sample is not None and sample < space:
+        problems = _drawn(numbers, operators, ops, sample, seed)
+    elif space > MAX_LISTED:
+        raise DatasetError(f"the arithmetic task with {digits} digits has {space:,} problems, too many to list: "
+                           "set data.arithmetic.sample to draw some")
+    else:
+        problems = [(f"{a}{op}{b}=", str(ops[op](a, b))) for op in operators
+                    for a, b in itertools.product(numbers, numbers)]
     if eval_size >= len(problems):
         raise DatasetError(f"arithmetic task has {len(problems)} problems; data.eval_size={eval_size} "
                            "leaves none to train on")
@@ -54,6 +65,22 @@ def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, ana
     # twin was held out is a pair of one in the training split.
     add = lambda t: t.append_column("pair_id", pa.array([commuted_key(p) for p in t.column("prompt").to_pylist()]))  # noqa: E731
     return PromptSet(train=add(table.slice(eval_size)), eval=add(table.slice(0, eval_size)), name=name)
+
+
+def _drawn(numbers: range, operators: list[str], ops: dict, k: int, seed: int) -> list[tuple[str, str]]:
+    """`k` distinct problems drawn uniformly (seeded), in a fixed order."""
+    rng = np.random.default_rng([seed, 11])
+    n = len(numbers)
+    codes = np.unique(rng.integers(0, len(operators) * n * n, size=2 * k + 64))
+    codes = rng.permutation(codes)[:k]
+    while len(codes) < k:  # rare: too few distinct draws
+        codes = np.unique(np.concatenate([codes, rng.integers(0, len(operators) * n * n, size=k)]))[:k]
+    out = []
+    for c in sorted(codes.tolist()):
+        op, rest = divmod(c, n * n)
+        a, b = numbers[rest // n], numbers[rest % n]
+        out.append((f"{a}{operators[op]}{b}=", str(ops[operators[op]](a, b))))
+    return out
 
 
 def commuted_key(prompt: str) -> str:
@@ -176,7 +203,7 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0) -> PromptSet:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
     else:
         a = data_cfg.arithmetic
-        prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed, data_cfg.analogs)
+        prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed, data_cfg.analogs, a.sample)
     if label_fraction < 1.0:
         n = prompts.train.num_rows
         labelled = np.random.default_rng([seed, 7]).random(n) < label_fraction

@@ -15,11 +15,18 @@ def cache_key(config, extra: dict | None = None) -> str:
     # for model.dtype (the generator's, which evaluates the warm-up): auto is out, a chosen one in
     unset = {k for k, v in (("attn_implementation", None), ("dtype", "auto")) if getattr(config.model, k) == v}
     model = config.model.model_dump(exclude=unset or None)
-    key = {"model": model, "data": config.data.model_dump(exclude={"analogs"}),
+    # settings added later are in the key only where set, so the keys made before them still hit
+    data = config.data.model_dump(exclude={"analogs"})
+    if data["arithmetic"].get("sample") is None:
+        del data["arithmetic"]["sample"]
+    warmup = config.warmup.model_dump(exclude={"cache", "cache_dir"} | ({"data"} if config.warmup.data is None else set()))
+    key = {"model": model, "data": data,
            "seed": config.seed,
-           "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
+           "warmup": warmup,
            "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p],
            **(extra or {})}
+    if config.env.name is not None:  # the warm-up trains on the environment's demonstrations
+        key["env"] = config.env.model_dump()
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

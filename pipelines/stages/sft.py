@@ -44,6 +44,22 @@ class SFTWarmup(Stage):
         return await warm_up(ctx, out_dir)
 
 
+def warmup_prompts(ctx):
+    """The warm-up's prompt splits: warmup.data's task where it is set, else the run's."""
+    from orchestrator.data import load_prompts
+
+    cfg = ctx.config
+    return ctx.prompts if cfg.warmup.data is None else load_prompts(cfg.warmup.data, cfg.seed)
+
+
+def warmup_columns(config, table) -> list[str]:
+    """Prompts and answers only (pairs, data.analogs, must not change the warm-up's batches); with an
+    environment, also the columns its episodes read (kv_store's `store`, ...)."""
+    if config.env.name is None:
+        return ["prompt", "answer"]
+    return [c for c in table.schema.names if c not in ("pair_id", "labelled")]
+
+
 async def warm_up(ctx, out_dir: Path) -> dict:
     """SFT steps in blocks of `eval_every`; stop once greedy held-out accuracy reaches the target.
     The warm model is saved to `out_dir` (the cache, or the run directory with warmup.cache=false)."""
@@ -52,11 +68,12 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     cfg = ctx.config.warmup
     learner = ctx.pools["policy_learner"]
     channel = Channel("policy", learner, [ctx.pools["generator"]])
-    # prompts and answers only: pairs (data.analogs) must not change the warm-up's batches
-    sampler = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=ctx.config.seed + 1)
+    data = warmup_prompts(ctx)
+    columns = warmup_columns(ctx.config, data.train)
+    sampler = PromptSampler(data.train.select(columns), seed=ctx.config.seed + 1)
     ctx.progress.start("warm-up (SFT)", total=cfg.max_steps)
     start, steps, accuracy, loss = time.perf_counter(), 0, 0.0, float("nan")
-    held_out = ctx.prompts.eval.select(["prompt", "answer"])
+    held_out = data.eval.select(columns)
     while steps < cfg.max_steps:
         stop_if_requested(ctx, "SFT warm-up", steps)
         block = min(cfg.eval_every, cfg.max_steps - steps)
@@ -69,7 +86,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         accuracy = exact
         if exact >= cfg.target_accuracy or steps >= cfg.max_steps:
             await channel.publish(0)
-            accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
+            accuracy = (await greedy_accuracy(ctx, None if cfg.data is None else data.eval))["eval/accuracy"]
         kind = "greedy acc" if accuracy is not exact else "exact answers"
         ctx.progress.update(steps, f"loss {loss:.3f}  {kind} {accuracy:.3f} (target {cfg.target_accuracy})",
                             force_line=True)
@@ -79,6 +96,11 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     await learner.call("end_warmup", table=False)
     info = {"warmup/steps": steps, "warmup/accuracy": accuracy, "warmup/loss": loss,
             "warmup/time_s": time.perf_counter() - start, "warmup/reached_target": accuracy >= cfg.target_accuracy}
+    if cfg.data is not None:  # warmed up on another task: the run's own task, measured once
+        info["warmup/data_accuracy"] = accuracy
+        info["warmup/accuracy"] = (await greedy_accuracy(ctx))["eval/accuracy"]
+        ctx.progress.print(f"warm-up: {accuracy:.3f} on its own task (warmup.data), {info['warmup/accuracy']:.3f} on "
+                           "the run's task")
     if not info["warmup/reached_target"]:
         ctx.progress.print(f"[yellow]warning:[/] warm-up stopped at warmup.max_steps={cfg.max_steps} with "
                            f"accuracy {accuracy:.3f} < target {cfg.target_accuracy}; RL starts from there")
