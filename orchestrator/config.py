@@ -81,6 +81,21 @@ class ArithmeticConfig(Section):
     # None: every problem (digits <= 3); a number: that many distinct problems drawn at random (seeded),
     # for spaces too large to list (4 digits: 81 million pairs an operator)
     sample: Optional[int] = Field(None, gt=0)
+    # other operand sizes for some operators: a number, [low, high] (every pair of sizes between), or a
+    # list of [a, b] size pairs (orchestrator/data.py size_pairs), e.g. {"*": [1, 3]} beside digits: 4;
+    # sample is split evenly over the operators; {}: every operator has `digits`
+    operator_digits: dict[Literal["+", "-", "*"], Union[int, tuple[int, int], list[tuple[int, int]]]] = {}
+
+    @field_validator("operator_digits")
+    @classmethod
+    def _digit_range(cls, v: dict) -> dict:
+        for op, d in v.items():
+            if isinstance(d, tuple) and d[0] > d[1]:
+                raise ValueError(f"operator_digits[{op!r}] = {list(d)}: [low, high] needs low <= high")
+            sizes = [d] if isinstance(d, int) else list(d) if isinstance(d, tuple) else [x for p in d for x in p]
+            if not sizes or not all(1 <= x <= 6 for x in sizes):
+                raise ValueError(f"operator_digits[{op!r}] = {d}: operand sizes are 1 to 6 digits")
+        return v
 
 
 class DataConfig(Section):

@@ -17,9 +17,10 @@ def cache_key(config, extra: dict | None = None) -> str:
     model = config.model.model_dump(exclude=unset or None)
     # settings added later are in the key only where set, so the keys made before them still hit
     data = config.data.model_dump(exclude={"analogs"})
-    if data["arithmetic"].get("sample") is None:
-        del data["arithmetic"]["sample"]
+    _drop_unset(data)
     warmup = config.warmup.model_dump(exclude={"cache", "cache_dir"} | ({"data"} if config.warmup.data is None else set()))
+    if warmup.get("data"):
+        _drop_unset(warmup["data"])
     key = {"model": model, "data": data,
            "seed": config.seed,
            "warmup": warmup,
@@ -28,6 +29,12 @@ def cache_key(config, extra: dict | None = None) -> str:
     if config.env.name is not None:  # the warm-up trains on the environment's demonstrations
         key["env"] = config.env.model_dump()
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _drop_unset(data: dict) -> None:
+    for key, unset in (("sample", None), ("operator_digits", {})):
+        if data["arithmetic"].get(key, unset) == unset:
+            data["arithmetic"].pop(key, None)
 
 
 def _stamp(path: str) -> list:
