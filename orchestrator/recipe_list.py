@@ -21,6 +21,7 @@ RECIPE_LINES = {
     "process_hacking": "a naive per-step process reward and its Clipping / Delta shaping",
     "code_tasks": "one-line Python functions rewarded by running their unit tests",
     "subtraction_jsonl": "a user JSONL dataset and a user reward function (pipelines/examples/)",
+    "tool_calculator": "agentic RL: 4-digit multiplication over several turns with a calculator tool",
 }
 
 
