@@ -130,6 +130,40 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def call_correctness(paths: list[Path]) -> str:
+    """Greedy episodes of each checkpoint on the recipe's held-out problems: how many first turns
+    are exactly the right call (`<calc>a*b</calc>`), how many answers are right, and how many of
+    the right calls end in a right answer (the result copied out)."""
+    import numpy as np
+
+    from actors.envs.episodes import BackendPolicy, run_episodes
+    from actors.envs.make import make_environment
+    from actors.envs.turns import turn_format
+    from actors.generation.hf import HFBackend
+    from actors.modeling import load_model, load_tokenizer
+    from orchestrator.config import load_config
+    from orchestrator.data import load_prompts
+
+    config = load_config(str(RECIPE))
+    rows = load_prompts(config.data, config.seed).eval.to_pylist()
+    lines = ["| checkpoint | held-out | exact calls | right answers | right answers of exact calls |",
+             "|---|---:|---:|---:|---:|"]
+    for path in paths:
+        backend = HFBackend(load_model(path), load_tokenizer(path))
+        fmt = turn_format(backend.tokenizer, list(backend.eos_ids))
+        prompts = [np.asarray(i, np.int32) for i in
+                   backend.tokenizer([r["prompt"] for r in rows], add_special_tokens=False)["input_ids"]]
+        episodes = run_episodes(BackendPolicy(backend, fmt.ends, greedy=True),
+                                [make_environment(config.env, r) for r in rows], prompts, fmt, backend.tokenizer,
+                                config.env.max_turns, config.env.max_tokens, config.rollout.max_new_tokens,
+                                config.env.observation_tokens)
+        exact = [e.texts[0] == f"<calc>{r['prompt'].rstrip('=')}</calc>" for r, e in zip(rows, episodes)]
+        right = [e.answer.strip() == r["answer"] for r, e in zip(rows, episodes)]
+        lines.append(f"| {path} | {len(rows)} | {sum(exact)} | {sum(right)} | "
+                     f"{sum(a and b for a, b in zip(exact, right))} of {sum(exact)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="Anything after -- is passed to every `coevo run` last (so it wins).")
@@ -142,8 +176,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, help="run directories and logs (default: a temporary folder)")
     p.add_argument("--summarise", type=Path, metavar="JSON",
                    help="write the summary of a results file this script wrote (runs cut short included)")
+    p.add_argument("--calls", type=Path, nargs="+", metavar="CHECKPOINT",
+                   help="print the exact-call and right-answer counts of these checkpoints (greedy, held-out)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
+    if args.calls:
+        text = call_correctness(args.calls)
+        print(text)
+        write_summary("tool_calculator", "tool-call correctness", text, protocol=(
+            "greedy episodes of each checkpoint on the recipe's held-out problems; the first turn against the "
+            "exact call <calc>a*b</calc>"))
+        return 0
     out_path = raw_path("tool_calculator.json")
     if args.summarise:
         saved = json.loads(args.summarise.read_text())
