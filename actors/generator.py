@@ -35,7 +35,11 @@ class Generator:
         replica = role.get("replica", 0)
         device = setup_torch(role.get("threads", 0) or config.train.threads, config.seed + 1000 * (replica + 1),
                              want_gpu=role.get("num_gpus", 0) > 0)
+        from actors import chat
+
         model, tokenizer = modeling.build(config.model, config.seed)
+        # the template in force: its end-of-turn tokens stop generation (the backends' stop_token_ids)
+        self.chat_template = chat.configure(tokenizer, config.data.chat_template)
         if model_source:  # a warm-up checkpoint
             model = modeling.load_model(model_source, attn=config.model.attn_implementation)
         # model.dtype (bfloat16 on a GPU by default); the learner's float32 updates are cast as they load

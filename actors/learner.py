@@ -14,6 +14,7 @@ import pyarrow as pa
 import ray
 import torch
 
+from actors import lora
 from actors.objectives import Objective, build
 from actors.trainable import Trainable, adamw
 
@@ -35,17 +36,24 @@ class Learner(Trainable):
         self.algo = config.algorithm
         self.sampling = dict(temperature=config.rollout.temperature, top_k=config.rollout.top_k,
                              top_p=config.rollout.top_p)
+        from actors import chat
+
         self.model, self.tokenizer = modeling.build(config.model, config.seed)
+        chat.configure(self.tokenizer, config.data.chat_template)  # supervised answers end with its end-of-turn
         self.model_source = model_source  # objectives read their files saved beside the model
         if model_source:
             self.model = modeling.load_model(model_source, attn=config.model.attn_implementation)
         self.model.to(self.device).train()
+        self.lora = config.learner.lora is not None  # adapters train in RL (actors/lora.py)
+        if self.lora:
+            self.model = lora.wrap(self.model, config.learner.lora)
         self._engine_setup()
         self.reference = None
         self.lr = lr or self.algo.lr
         self.wants_reference = reference and self.algo.kl_coef > 0
         if self.wants_reference:  # frozen copy of the starting policy (replaced on resume)
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False).to(self.frozen_dtype())
+            self.reference = lora.AdapterOff(self.model) if self.lora else \
+                copy.deepcopy(self.model).eval().requires_grad_(False).to(self.frozen_dtype())
         self.skipped_steps = 0
         self._sft_optimizer = self._sft_lr = None
         self.objectives = build(DEFAULT_OBJECTIVES if objectives is None else objectives, self)
@@ -71,8 +79,48 @@ class Learner(Trainable):
         return fn(*args, **kwargs)
 
     def trained_parameters(self) -> list[torch.nn.Parameter]:
-        """The model's parameters, then those of the objectives' own modules (a value head)."""
-        return list(self.model.parameters()) + [p for o in self.objectives.values() for p in o.parameters()]
+        """The model's parameters (with LoRA: those that train now, the adapters in RL), then those of the
+        objectives' own modules (a value head)."""
+        own = [p for p in self.model.parameters() if p.requires_grad] if self.lora else list(self.model.parameters())
+        return own + [p for o in self.objectives.values() for p in o.parameters()]
+
+    # ---- LoRA (actors/lora.py): merged weights out, the adapter in checkpoints, the base as reference ---
+    def full_state(self) -> dict[str, torch.Tensor]:
+        return lora.merged_state(self.model) if self.lora else super().full_state()
+
+    def save_model(self, model: torch.nn.Module, out: Path, tokenizer: bool = True) -> None:
+        """With LoRA: the merged model (or, for the reference view, the base) as plain transformers loads it."""
+        if not (self.lora and (model is self.model or isinstance(model, lora.AdapterOff))):
+            return super().save_model(model, out, tokenizer)
+        if self.ranks.is_main:
+            state = lora.merged_state(self.model) if model is self.model else lora.base_state(self.model)
+            self.model.get_base_model().save_pretrained(out, state_dict=state)
+            if tokenizer:
+                self.tokenizer.save_pretrained(out)
+
+    def frozen_copy(self) -> torch.nn.Module:
+        """With LoRA: the adapters folded into the base (where they moved), and the base as the reference."""
+        if not self.lora:
+            return super().frozen_copy()
+        if not lora.adapters_zero(self.model):
+            lora.fold(self.model)
+        return lora.AdapterOff(self.model)
+
+    def save_reference(self, path: str) -> str | None:
+        """With LoRA the base is saved whether or not a KL term reads it: a resume rebuilds the policy
+        from it and the checkpoint's adapter."""
+        if self.lora:
+            self.save_model(lora.AdapterOff(self.model), Path(path), tokenizer=False)
+            return path
+        return super().save_reference(path)
+
+    def load_reference(self, path: str) -> None:
+        if not self.lora:
+            return super().load_reference(path)
+        from actors import modeling
+        lora.load_base_state(self.model, modeling.load_model(path).state_dict())
+        if self.wants_reference:
+            self.reference = lora.AdapterOff(self.model)
 
     def _new_optimizer(self, lr: float) -> torch.optim.Optimizer:
         return adamw(self.trained_parameters(), lr=lr, weight_decay=self.algo.weight_decay)
@@ -80,6 +128,8 @@ class Learner(Trainable):
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str, optimizer: bool = True) -> str:
         out = super().save(path, optimizer)
+        if self.lora and optimizer and self.ranks.is_main:
+            lora.save_adapter(self.model, Path(out))
         if self.ranks.is_main:
             for objective in self.objectives.values():
                 objective.save(Path(out))
@@ -88,6 +138,8 @@ class Learner(Trainable):
         return out
 
     def restore(self, path: str) -> int:
+        if self.lora:  # the base comes back with load_reference (the run's saved base)
+            lora.load_adapter(self.model, Path(path))
         version = super().restore(path)
         if (Path(path) / REFERENCE_DIR / "config.json").is_file():
             self.load_reference(str(Path(path) / REFERENCE_DIR))
@@ -160,7 +212,10 @@ class Learner(Trainable):
         return self.objective("sft", "answer_accuracy").answer_accuracy(prompts)
 
     def warmup_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        """The warm-ups' own AdamW (SFT, LaSeR's alignment), kept across their calls at one learning rate."""
+        """The warm-ups' own AdamW (SFT, LaSeR's alignment), kept across their calls at one learning rate.
+        With LoRA a warm-up trains the base (the adapters, still zero, join in RL)."""
+        if self.lora and self._sft_lr is None:
+            lora.train_base(self.model)
         if self._sft_lr != lr:
             self._sft_optimizer = adamw(self.trained_parameters(), lr=lr)
             self._sft_lr = lr
@@ -168,6 +223,8 @@ class Learner(Trainable):
 
     def end_warmup(self) -> None:
         self._sft_optimizer = self._sft_lr = None
+        if self.lora:
+            lora.train_adapters(self.model)
         self.reset_optimizer()
 
 

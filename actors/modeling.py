@@ -28,7 +28,7 @@ CHARACTERS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
 def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict:
     """The KV cache as forward's keyword: transformers 5.24 renamed `past_key_values` to `cache`
     (the old name warns in every call and goes in 5.40); older versions know only the old one."""
-    inner = getattr(model, "module", model)  # a DDP wrapper's forward takes **kwargs
+    inner = innermost(model)
     name = _CACHE_KWARG.get(type(inner))
     if name is None:
         import inspect
@@ -40,7 +40,7 @@ def cache_kwargs(model: torch.nn.Module, cache: Any) -> dict:
 def last_logits_kwargs(model: torch.nn.Module) -> dict:
     """Ask forward for the last position's logits only (a prefill need not make [B, T, vocab] logits):
     `logits_to_keep` since transformers 4.50 (`num_logits_to_keep` before); {} where neither exists."""
-    inner = getattr(model, "module", model)
+    inner = innermost(model)
     name = _KEEP_KWARG.get(type(inner), "")
     if name == "":
         import inspect
@@ -50,6 +50,13 @@ def last_logits_kwargs(model: torch.nn.Module) -> dict:
 
 
 _KEEP_KWARG: dict[type, str | None] = {}
+
+
+def innermost(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a DDP-style wrapper (`.module`, whose forward takes **kwargs) and a
+    peft model (whose forward passes keywords on): the one whose signature names the keywords."""
+    inner = getattr(model, "module", model)
+    return inner.get_base_model() if hasattr(type(inner), "get_base_model") else inner
 
 
 def output_cache(out: Any) -> Any:
@@ -160,6 +167,29 @@ def load_reward_model(path: str | Path, seed: int = 0, dtype: torch.dtype = torc
     if model.config.pad_token_id is None:  # needed to find each sequence's last token
         model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def umask_modes(folder: str | Path) -> None:
+    """safetensors (0.8) writes `model.safetensors` 0600, beside the 0644 files of the rest of a
+    save: give the files in `folder` the mode a plain open() would (0666 less the umask)."""
+    mode = 0o666 & ~_umask()
+    for path in Path(folder).iterdir():
+        if path.is_file() and not path.is_symlink() and (path.stat().st_mode & 0o777) != mode:
+            path.chmod(mode)
+
+
+def _umask() -> int:
+    import os
+
+    try:  # read without changing it (os.umask can only be read by setting it, racing other threads)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def fresh_reward_model(model_cfg: Any, seed: int, workdir: str | Path):

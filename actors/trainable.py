@@ -17,8 +17,8 @@ import pyarrow as pa
 import torch
 
 from actors import batch as B
-from actors.modeling import cache_kwargs, output_cache
-from actors.weight_transport import Endpoint, Link, WeightTransportError, node_ip
+from actors.modeling import cache_kwargs, innermost, output_cache
+from actors.weight_transport import Endpoint, JoinTimeout, Link, WeightTransportError, node_ip
 from actors.weights import export_state
 
 STATE_FILE = "learner_state.pt"
@@ -170,7 +170,7 @@ class Trainable:
         try:
             return {"bytes": self.weights_endpoint.send(link, state, version, device=str(self.device))}
         except WeightTransportError as e:
-            return {"error": str(e)}
+            return {"error": str(e), "not_joined": isinstance(e, JoinTimeout)}
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict:
@@ -204,6 +204,8 @@ class Trainable:
             model.save_pretrained(out, state_dict=state)
             if tokenizer:
                 self.tokenizer.save_pretrained(out)
+            from actors.modeling import umask_modes
+            umask_modes(out)
 
     def _trained_module(self) -> torch.nn.Module:
         """The module that owns every parameter the optimizer holds: the model, or the model plus the
@@ -284,7 +286,7 @@ class Trainable:
 
     def _response_logits_fp(self, model, ids, mask, positions, p_width, groups=None, after: bool = False):
         dev = self.device
-        inner = getattr(model, "module", model)
+        inner = innermost(model)  # under a DDP-style wrapper or peft's
         flag = "is_activation_checkpointing" if hasattr(type(inner), "is_activation_checkpointing") \
             else "is_gradient_checkpointing"
         if model.training and getattr(inner, flag, False):
@@ -408,8 +410,17 @@ class Trainable:
         logits = self._response_logits(model, ids, mask, positions, p_width, groups)
         return token_logprobs(logits, r_ids.to(self.device), temperature, top_k, top_p)
 
+    @property
+    def answer_end_id(self) -> int:
+        """The token a supervised answer ends with: the chat template's end-of-turn token where one is
+        in force (what generation stops at), else eos (actors.chat)."""
+        if getattr(self, "_answer_end", None) is None:
+            from actors.chat import answer_end_id
+            self._answer_end = answer_end_id(self.tokenizer)
+        return self._answer_end
+
     def _tokenize(self, texts: list[str], eos: bool = False) -> pa.Array:
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         if eos:
-            ids = [i + [self.tokenizer.eos_token_id] for i in ids]
+            ids = [i + [self.answer_end_id] for i in ids]
         return pa.array(ids, pa.list_(pa.int32()))

@@ -28,6 +28,10 @@ class WeightTransportError(RuntimeError):
     """A collective broadcast of weights broke (a peer died, the group timed out); nothing was installed."""
 
 
+class JoinTimeout(WeightTransportError):
+    """A new group did not form: a member did not arrive within `Link.join_timeout_s`."""
+
+
 @dataclass(frozen=True)
 class Link:
     """What every member needs to join one epoch of a channel's group."""
@@ -37,8 +41,9 @@ class Link:
     port: int
     world_size: int
     backend: str = "gloo"
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0  # one broadcast
     bucket_mb: float = 256.0
+    join_timeout_s: float = 30.0  # every member arriving to form the group (a replica that never does)
 
 
 @dataclass(frozen=True)
@@ -86,14 +91,37 @@ def host_store(link_host: str, timeout_s: float):
                     timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def _join(store, link: Link, rank: int) -> None:
+    """Announce this member and wait for the others, at most `link.join_timeout_s`: a member that
+    never arrives (its replica died before joining) fails the group at once for everyone, rather than
+    at the broadcast's timeout inside the process group's own rendezvous."""
+    import time
+
+    keys = [f"joined/{r}" for r in range(link.world_size)]
+    store.set(keys[rank], "1")
+    deadline = time.monotonic() + link.join_timeout_s
+    while True:
+        missing = [r for r, k in enumerate(keys) if not store.check([k])]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            raise JoinTimeout(
+                f"channel {link.channel!r}: weight group {link.group} not formed: rank(s) {missing} of "
+                f"{link.world_size} did not join within weights.join_timeout_s={link.join_timeout_s:g}s")
+        time.sleep(0.05)
+
+
 def _group(link: Link, rank: int, store=None, bind: str | None = None):
-    """This member's process group of `link`, through the sender's store (rank 0 passes its own)."""
+    """This member's process group of `link`, through the sender's store (rank 0 passes its own),
+    once every member has joined (`_join`)."""
     from torch.distributed import PrefixStore, TCPStore
 
     timeout = datetime.timedelta(seconds=link.timeout_s)
     if store is None:
-        store = TCPStore(link.host, link.port, None, is_master=False, timeout=timeout)
+        store = TCPStore(link.host, link.port, None, is_master=False,
+                         timeout=datetime.timedelta(seconds=min(link.timeout_s, link.join_timeout_s)))
     prefixed = PrefixStore(link.group, store)
+    _join(prefixed, link, rank)
     if link.backend == "nccl":
         from torch.distributed.distributed_c10d import ProcessGroupNCCL
 
@@ -269,6 +297,8 @@ def _formed(make, link: Link, rank: int):
     """A member of a new group, or a clear error when the others do not all arrive in time."""
     try:
         return make()
+    except WeightTransportError:
+        raise
     except RuntimeError as e:
         raise WeightTransportError(
             f"channel {link.channel!r}: rank {rank} could not form weight group {link.group} "

@@ -11,6 +11,7 @@ its section of the summary benchmarks/results/default_job.md.
     python benchmarks/default_job.py --setting lr3e-4="algorithm.lr=3e-4" --setting now=""
     python benchmarks/default_job.py --seeds 0 -- train.stop_at_accuracy=null train.max_steps=200
     python benchmarks/default_job.py --merge results/raw/default_job_seed1.json results/raw/default_job_seed2.json
+    python benchmarks/default_job.py --recipe math_word --label math_word     # another recipe, cold
 
 With several `--setting NAME="OVERRIDES"`, the runs are interleaved (for each seed, every setting),
 so that a change of the machine's load hits all settings alike. Overrides after `--` apply to all.
@@ -77,7 +78,7 @@ def write(label: str | None, report: dict) -> Path:
     out = raw_path(f"default_job_{label}.json" if label else "default_job.json")
     out.write_text(json.dumps(report, indent=1, default=str))
     summary = write_summary("default_job", out.stem, report["table_markdown"], raw=[out], protocol=(
-        f"cold `coevo run` per seed (empty warm-up cache); settings {report.get('settings', 'merged')}, "
+        f"cold `coevo run {report.get('recipe') or ''}` per seed (empty warm-up cache); settings {report.get('settings', 'merged')}, "
         f"overrides {report.get('overrides') or 'none'}"))
     print(f"\nwrote {out} and {summary}", file=sys.stderr)
     return out
@@ -90,11 +91,24 @@ def merge(paths: list[Path], label: str | None) -> int:
     rows = [r for rep in reports for r in rep["runs"]]
     md = table(rows)
     print(md)
+    same = lambda key: reports[0].get(key) if all(r.get(key) == reports[0].get(key) for r in reports) else "mixed"  # noqa: E731
     write(label, {"benchmark": "default_job", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "merged_from": [{"file": p.name, "argv": rep["argv"], "created": rep["created"],
                                    "machine": rep["machine"]} for p, rep in zip(paths, reports)],
+                  "recipe": same("recipe"), "overrides": same("overrides"),
                   "min_lift": LIFT, "table_markdown": md, "runs": rows})
     return 0 if all(r["lift"] is not None and r["lift"] >= LIFT for r in rows) else 1
+
+
+def parse_settings(items: list[str], parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """`--setting NAME="KEY=VALUE ..."` items as {name: overrides}; none: one setting without overrides."""
+    settings = {}
+    for item in items or ["="]:
+        name, sep, overrides = item.partition("=")
+        if not sep:
+            parser.error(f"--setting {item!r}: expected NAME=\"KEY=VALUE ...\" (NAME= for no overrides)")
+        settings[name] = shlex.split(overrides)
+    return settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setting", action="append", default=[], metavar='NAME="KEY=VALUE ..."',
                    help="a setting to compare (repeatable); runs are interleaved per seed")
     p.add_argument("--label", help="results file suffix: default_job_<label>.json")
+    p.add_argument("--recipe", help="a recipe name or YAML file (default: the default job)")
     p.add_argument("--timeout", type=float, default=900, help="per-run limit, seconds")
     p.add_argument("--interval", type=float, default=0.5, help="memory sampling period, seconds")
     p.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
@@ -111,17 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.label)
-    settings = {}
-    for item in args.setting or ["="]:
-        name, sep, overrides = item.partition("=")
-        if not sep:
-            p.error(f"--setting {item!r}: expected NAME=\"KEY=VALUE ...\" (NAME= for no overrides)")
-        settings[name] = shlex.split(overrides)
+    settings = parse_settings(args.setting, p)
     rows, machine = [], machine_info()
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, overrides in settings.items():
             run = run_once(len(rows) + 1, [f"seed={seed}", *overrides, *args.overrides], args.interval, None,
-                           args.timeout)
+                           args.timeout, recipe=args.recipe)
             rows.append(record(name, seed, run))
             r = rows[-1]
             print(f"[{name or 'default'} seed {seed}] warm start {r['warm_start_accuracy']} -> "
@@ -130,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             md = table(rows)  # written after every run: a long benchmark cut short keeps what it measured
             write(args.label, {
                 "benchmark": "default_job", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "argv": sys.argv[1:], "settings": settings, "overrides": args.overrides, "min_lift": LIFT,
+                "argv": sys.argv[1:], "recipe": args.recipe, "settings": settings, "overrides": args.overrides, "min_lift": LIFT,
                 "machine": machine, "table_markdown": md, "runs": rows})
     print(md)
     ok = all(r["lift"] is not None and r["lift"] >= LIFT for r in rows)

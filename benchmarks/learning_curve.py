@@ -229,11 +229,12 @@ def wait_until_quiet(max_wait_s: float, busy_pct: float) -> dict:
 
 
 def run_once(index: int, overrides: list[str], interval: float, keep: Path | None, timeout_s: float,
-             exact_pss: bool = False) -> dict:
+             exact_pss: bool = False, recipe: str | None = None) -> dict:
+    """`recipe`: a recipe name or YAML file (None: the default job)."""
     work = Path(tempfile.mkdtemp(prefix="coevo-lc-"))
     run_dir, cache_dir, log_path = work / "run", work / "warmup-cache", work / "coevo.log"
     cache_dir.mkdir()
-    cmd = [shutil.which("coevo") or "coevo", "run", "--output-dir", str(run_dir),
+    cmd = [shutil.which("coevo") or "coevo", "run", *([recipe] if recipe else []), "--output-dir", str(run_dir),
            f"warmup.cache_dir={cache_dir}", *overrides]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0", "TERM": "dumb"}
     load_before = os.getloadavg()

@@ -37,6 +37,7 @@ class Channel:
         self.settings: WeightsConfig = learner.transport or WeightsConfig()
         self.epochs = 0  # collective groups formed
         self.fallbacks = 0  # replicas that got a version through the object store after a broken broadcast
+        self.join_failures = 0  # new groups that did not form in weights.join_timeout_s (a member never came)
         self._id = uuid.uuid4().hex[:8]
         self._link: Link | None = None
         self._members: list | None = None
@@ -155,7 +156,7 @@ class Channel:
         group = f"{self.name}-{self._id}-{self.epochs}"
         host, port = await self.learner.handles[0].open_weights.remote(self.name, group, self.settings.timeout_s)
         self._link = Link(self.name, group, host, port, len(live) + 1, self.backend(), self.settings.timeout_s,
-                          self.settings.bucket_mb)
+                          self.settings.bucket_mb, self.settings.join_timeout_s)
         self._members = members
         return self._link, True
 
@@ -180,6 +181,8 @@ class Channel:
         try:
             answer = await send
             sent = answer.get("error")
+            if answer.get("not_joined"):
+                self.join_failures += 1
         except ACTOR_ERRORS as e:
             raise RoleError(f"channel {self.name!r}: the learner died while broadcasting version {version}: {e}",
                             lost_learner=True) from None

@@ -30,8 +30,11 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="train with a recipe or YAML config",
         description="Train. With no arguments: an embedded local Ray cluster, a tiny model, 2-digit "
-                    "addition, SFT warm-up then GRPO. CONFIG is a YAML file or a recipe name in pipelines/. "
-                    "Overrides are dotted key=value pairs, e.g. algorithm.lr=5e-5 rollout.samples_per_prompt=4.",
+                    "addition, an SFT warm-up then PSR (GRPO's positive half; algorithm.advantage=grpo for "
+                    "GRPO). CONFIG is a YAML file or a recipe name in pipelines/. Overrides are dotted "
+                    "key=value pairs, e.g. algorithm.lr=5e-5 rollout.samples_per_prompt=4. A first run also "
+                    "pays for its recipe's warm-ups, cached for later runs: the list below says what each "
+                    "costs. The default job's first run takes about a minute on 2 idle CPU cores.",
         epilog=recipes_help() + "\n\n" + EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", nargs="?", help="YAML file or recipe name (default: grpo_addition)")
@@ -100,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Stopped as e:
+    except Stopped as e:  # in a warm-up stage: nothing to resume, the same command goes on
+        import shlex
         import signal
         print(str(e), file=sys.stderr)
+        print(f"start it again with:  {submitted(shlex.join(['coevo', *(sys.argv[1:] if argv is None else argv)]))}",
+              file=sys.stderr)
         return 128 + getattr(signal, e.signame)
     except (ConfigError, FileNotFoundError) as e:  # found once Ray is up (e.g. resources it lacks)
         print(f"error: {e}", file=sys.stderr)
@@ -126,7 +132,10 @@ def _preflight(config) -> None:
     from orchestrator.recipes import RECIPES, Recipe
 
     for spec in config.fn_rewards() + config.process_rewards():
-        fn = REWARD_FUNCTIONS.get(spec.fn or spec.name)
+        try:
+            fn = REWARD_FUNCTIONS.get(spec.fn or spec.name)
+        except ImportError as e:
+            raise ConfigError(f"rewards[{spec.name}].fn: {e}") from None
         if not callable(fn):
             raise ConfigError(f"rewards[{spec.name}]: {spec.fn or spec.name!r} is not callable")
     for key, registry, name in (("algorithm.advantage", ADVANTAGES, config.algorithm.advantage),
@@ -137,13 +146,13 @@ def _preflight(config) -> None:
     recipe = RECIPES.get(config.recipe)
     if not (isinstance(recipe, type) and issubclass(recipe, Recipe)):
         raise ConfigError(f"recipe {config.recipe!r} is not a subclass of orchestrator.recipes.Recipe")
-    load_prompts(config.data, config.seed)
+    if config.model.path:  # before the datasets: a chat template is read from its tokenizer
+        from orchestrator.model_check import check_model_dir
+        _check_generation_config(check_model_dir(config.model.path))
+    load_prompts(config.data, config.seed, model_cfg=config.model.model_copy(deep=True))  # chat templates too
     if config.reward_model.pairs_path and config.recipe == "reward_model":
         from orchestrator.pair_source import load_pair_splits
         load_pair_splits(config.reward_model, config.seed)
-    if config.model.path:
-        from orchestrator.model_check import check_model_dir
-        _check_generation_config(check_model_dir(config.model.path))
 
 
 def _check_generation_config(path: Path) -> None:
@@ -169,35 +178,65 @@ def held_out_text(summary: dict) -> str:
     if acc is not None:
         at = f" (step {summary['eval/step']})" if summary.get("eval/step") is not None else ""
         prompts = f" on {summary['eval/prompts']} prompts" if summary.get("eval/prompts") else ""
-        start = (f"{warm:.3f} (warm start, after the {summary.get('warm_start/stage', 'warm-up')}) -> "
-                 if warm is not None else "")
+        after = ("the model as given: its warm-up was skipped, already at the target" if summary.get("warm_start/skipped")
+                 else f"after the {summary.get('warm_start/stage', 'warm-up')}")
+        start = f"{warm:.3f} (warm start, {after}) -> " if warm is not None else ""
         parts.append(f"held-out greedy accuracy{prompts} {start}{acc:.3f}{at}")
     if summary.get("eval/pair_accuracy") is not None:
         parts.append(f"held-out pair accuracy {summary['eval/pair_accuracy']:.3f}")
     return "; ".join(parts) or "no evaluation"
 
 
+def loader_text(model_dir: Path) -> str:
+    """How a saved model loads with plain transformers: the Auto class of its architecture (from its
+    config.json), and the extra file a value head lives in."""
+    import json
+
+    archs = json.loads((model_dir / "config.json").read_text()).get("architectures") or []
+    kinds = {"ForCausalLM": "AutoModelForCausalLM", "ForSequenceClassification": "AutoModelForSequenceClassification",
+             "ForTokenClassification": "AutoModelForTokenClassification"}
+    auto = next((auto for arch in archs for suffix, auto in kinds.items() if arch.endswith(suffix)), "AutoModel")
+    text = f"{auto}.from_pretrained"
+    from actors.objectives.value import VALUE_HEAD_FILE
+    if (model_dir / VALUE_HEAD_FILE).is_file():
+        text += f", value head in {VALUE_HEAD_FILE} (torch.load: a Linear(hidden_size, 1) state dict)"
+    return text
+
+
 def _report(summary: dict) -> None:
     run_dir = summary["run_dir"]
     evals = held_out_text(summary)
     stopped = summary.get("stopped_by")
-    head = f"stopped by {stopped} after" if stopped else "done:"
-    print(f"\n{head} {summary['steps']} steps in {summary['time/total_s']:.1f}s "
-          f"(Ray {summary['time/ray_start_s']:.1f}s, warm-up {summary['time/warmup_s']:.1f}s, "
-          f"training {summary['time/train_s']:.1f}s); {evals}")
+    from orchestrator.session import timing_text
+
+    head = f"stopped by {stopped}:" if stopped else "done:"
+    print(f"\n{head} {timing_text(summary)}; {evals}")
     print(f"run directory: {run_dir}")
     print(f"  metrics:     {run_dir}/metrics.jsonl")
     print(f"  tensorboard: tensorboard --logdir {run_dir}/tensorboard")
     print(f"  plots:       {', '.join(summary['plots'])}")
     ckpt = summary["final_checkpoint"]
-    learners = sorted(p.name for p in Path(ckpt).iterdir() if (p / "config.json").is_file())
-    loaders = {"policy_learner": "AutoModelForCausalLM", "rm_learner": "AutoModelForSequenceClassification",
-               "prm_learner": "AutoModelForCausalLM"}
+    learners = sorted(p for p in Path(ckpt).iterdir() if (p / "config.json").is_file())
     print(f"  checkpoint:  {ckpt}")
-    for name in learners:
-        print(f"    {name + '/':16} {loaders.get(name, 'from_pretrained')}.from_pretrained")
+    for path in learners:
+        print(f"    {path.name + '/':16} {loader_text(path)}")
     if stopped:
-        print(f"resume with:  coevo run --resume --output-dir {run_dir}")
+        print(f"resume with:  {resume_command(run_dir)}")
+
+
+def resume_command(run_dir: str) -> str:
+    return submitted(f"coevo run --resume --output-dir {run_dir}")
+
+
+def submitted(command: str) -> str:
+    """A command to run again: inside a Ray job (`ray job stop` stopped it), as a job submitted to the
+    same cluster; else as it is."""
+    from orchestrator import cluster
+    from orchestrator.run import in_ray_job
+
+    if not in_ray_job():
+        return command
+    return f"ray job submit --address {cluster.DASHBOARD or 'http://<head>:8265'} --working-dir . -- {command}"
 
 
 if __name__ == "__main__":

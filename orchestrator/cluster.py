@@ -15,6 +15,8 @@ def connect(ray_cfg) -> tuple[str, bool]:
     address = ray_cfg.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        global DASHBOARD
+        DASHBOARD = dashboard_url()
         return f"joined Ray cluster at {address}", False
     # Workers must import the user's `module:function` code the way the driver does (a job's
     # --working-dir does this on a cluster). They inherit it from the raylet this call starts: a
@@ -46,6 +48,19 @@ def connect(ray_cfg) -> tuple[str, bool]:
     have = ray.cluster_resources()
     gpus = f", {have['GPU']:g} GPU{'s' * (have['GPU'] != 1)}" if have.get("GPU") else ""
     return f"started a local Ray cluster ({int(have.get('CPU', 0))} CPUs{gpus}, {where})", True
+
+
+DASHBOARD: str | None = None  # the joined cluster's dashboard (job submission) address, once connected
+
+
+def dashboard_url() -> str | None:
+    """The connected cluster's dashboard address, `http://host:port` (None: it has none)."""
+    try:
+        from ray._private.services import get_webui_url_from_internal_kv
+        url = get_webui_url_from_internal_kv()
+    except Exception:  # noqa: BLE001  (a Ray without this record: the hint falls back to a placeholder)
+        return None
+    return None if not url else url if "://" in url else f"http://{url}"
 
 
 def _token_auth_quietly() -> None:

@@ -60,6 +60,12 @@ class TinyModelConfig(Section):
         return self
 
 
+class BpeModelConfig(Section):
+    vocab_size: int = Field(512, ge=300)  # 256 bytes, 3 special tokens, then merges
+    pad_token: bool = True  # False: the tokenizer ships without a pad token (as many do)
+    cache_dir: str = "~/.cache/coevo/models"
+
+
 class ModelConfig(Section):
     path: Optional[str] = None  # a local HF model directory; None builds the tiny model
     tiny: TinyModelConfig = TinyModelConfig()
@@ -73,6 +79,31 @@ class ModelConfig(Section):
     # the copy runs on a GPU, float32 on a CPU. Weight updates are cast to it as they load
     # (docs/gpu.md).
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # With no `path`: make a chat model directory locally instead of the character-level tiny model, a
+    # byte-level BPE tokenizer trained on the task's text with a ChatML template and a model.tiny-shaped
+    # Qwen2 model (actors/local_model.py), cached under ~/.cache/coevo/models and used as model.path
+    bpe: Optional[BpeModelConfig] = None
+
+    @model_validator(mode="after")
+    def _one_model(self) -> "ModelConfig":
+        if self.path and self.bpe is not None:
+            raise ValueError("model: set model.path (your model directory) or model.bpe (a model made "
+                             "locally), not both")
+        return self
+
+
+class MathWordConfig(Section):
+    """Multi-step word problems (orchestrator/math_word.py): `train_size` + data.eval_size problems."""
+    train_size: int = Field(4000, ge=1)
+    steps: list[int] = [2, 3]  # how many operations a problem chains, drawn per problem
+    max_number: int = Field(9, ge=2)  # quantities in the problems are 1..max_number
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: list[int]) -> list[int]:
+        if not v or min(v) < 1:
+            raise ValueError(f"data.math_word.steps {v}: give one or more step counts, each >= 1")
+        return v
 
 
 class ArithmeticConfig(Section):
@@ -99,12 +130,20 @@ class ArithmeticConfig(Section):
 
 
 class DataConfig(Section):
-    task: Optional[Literal["arithmetic"]] = "arithmetic"  # a built-in task, or None with `path`
+    task: Optional[Literal["arithmetic", "math_word"]] = "arithmetic"  # a built-in task, or None with `path`
     arithmetic: ArithmeticConfig = ArithmeticConfig()
+    math_word: MathWordConfig = MathWordConfig()
     path: Optional[str] = None  # user dataset: .jsonl or .parquet with `prompt` and `answer`
     eval_path: Optional[str] = None  # held-out split; if None, `eval_size` rows of `path`
     eval_size: int = Field(200, ge=1)
     prompt_template: str = "{prompt}"
+    # Conversational prompts (docs/your-model.md): auto applies the tokenizer's chat template where it
+    # has one (a string prompt becomes one user message), none keeps prompts as raw text, or the path
+    # of a Jinja template file. A row's prompt may be a list of {role, content} messages (column
+    # `messages`, or `prompt` itself)
+    chat_template: str = "auto"
+    # a system message put before each string prompt (needs a chat template)
+    system_prompt: Optional[str] = None
     # built-in task: pair each problem with an analogous one (`pair_id`, for co_reward); user data
     # brings its own `pair_id` column
     analogs: Optional[Literal["commuted"]] = None
@@ -335,6 +374,27 @@ class ReplicaRole(Section):
     placement: Literal["pack", "spread"] = "pack"
 
 
+class LoraSettings(Section):
+    r: int = Field(8, gt=0)  # the adapters' rank
+    alpha: float = Field(16.0, gt=0)  # their scale is alpha / r
+    dropout: float = Field(0.0, ge=0, lt=1)  # 0 keeps the learner's log-probs the generator's exactly
+    # module names (peft's target_modules) or "all-linear": every linear layer but the output layer
+    target_modules: Union[list[str], Literal["all-linear"]] = "all-linear"
+
+    @field_validator("target_modules")
+    @classmethod
+    def _not_the_head(cls, v):
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("learner.lora.target_modules is empty: name modules (q_proj, v_proj, ...) or "
+                                 "give all-linear")
+            head = [m for m in v if m in ("lm_head", "embed_tokens")]
+            if head:
+                raise ValueError(f"learner.lora.target_modules: {head[0]!r} is not supported (the learner computes "
+                                 "log-probs from the output layer's own weight); adapt the decoder layers")
+        return v
+
+
 class LearnerConfig(Section):
     """How a learner role with `roles.<name>.replicas: N` trains as N ranks (docs/learners.md)."""
     # ddp: every rank holds the model, gradients are averaged; fsdp2: parameters, gradients and
@@ -355,6 +415,17 @@ class LearnerConfig(Section):
     cpu_offload: bool = False  # fsdp2 on GPU: parameters and optimizer state in host memory
     # a collective that waits longer (a rank died or hangs) fails instead of blocking for ever
     timeout_s: float = Field(600.0, gt=0)
+    # LoRA adapters (peft): only they train in RL and sit in the optimizer; generators get the merged
+    # weights; the KL reference is the base with the adapters off (docs/your-model.md#lora). None: the
+    # whole model trains
+    lora: Optional[LoraSettings] = None
+
+    @model_validator(mode="after")
+    def _lora_strategy(self) -> "LearnerConfig":
+        if self.lora is not None and self.strategy == "fsdp2":
+            raise ValueError("learner.lora is not supported with learner.strategy=fsdp2 (peft's adapters are "
+                             "not sharded here); use learner.strategy=ddp, or train the whole model with fsdp2")
+        return self
 
     @model_validator(mode="after")
     def _old_precision_name(self) -> "LearnerConfig":
@@ -461,7 +532,10 @@ class WarmupConfig(Section):
     max_steps: int = Field(3000, gt=0)
     batch_size: int = Field(64, gt=0)
     lr: float = Field(3e-3, gt=0)
-    eval_every: int = Field(50, gt=0)
+    # the teacher-forced check every this many steps (a forward pass over the held-out prompts: 3%
+    # of 10 steps' time, measured): it stops within this many steps of the target (at 50, up to 49
+    # steps past it)
+    eval_every: int = Field(10, gt=0)
     cache: bool = True
     cache_dir: str = "~/.cache/coevo/warmup"
     # Another task to warm up on (None: the run's data). target_accuracy is then reached on its held-out
@@ -480,8 +554,9 @@ class TrainConfig(Section):
     # also after the first step that ends this many seconds after the last checkpoint (or the loop's
     # start), so long steps do not leave hours of work unprotected; None: by step count only
     checkpoint_every_s: Optional[float] = Field(None, gt=0)
-    # a learner that dies or hangs (kill -9, out of memory, a lost node) restarts the run from its
-    # newest checkpoint (with none yet: from the first step) this many times; 0: the run ends
+    # a learner that dies or hangs (kill -9, out of memory, a lost node) restarts, with the other learner
+    # roles, from the newest checkpoint (with none yet: from the first step) this many times, while the
+    # other roles keep running; 0: the run ends
     learner_restarts: int = Field(2, ge=0)
     keep_checkpoints: int = Field(2, ge=1)  # the newest K step checkpoints are kept
     dump_rollouts: bool = False  # rollouts/step_N.parquet
@@ -512,6 +587,9 @@ class WeightsConfig(Section):
     # a collective publish (forming the group, or one broadcast) that takes longer fails; the
     # channel then sends that version through the object store and forms a new group next time
     timeout_s: float = Field(300.0, gt=0)
+    # forming a new group: every replica must arrive within this; one that does not (it died before
+    # joining) is dropped to the object store for that version, counted (channel/<name>/join_failures)
+    join_timeout_s: float = Field(30.0, gt=0)
 
 
 class Config(Section):
@@ -743,14 +821,74 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
     source = recipe_path(path)
+    data = read_config_file(source)
+    data = apply_overrides(data, overrides or [])
+    return validate_config(data, source=str(source))
+
+
+def read_config_file(source: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML config as a mapping, its `base:` folded in: `base: NAME` (a recipe in pipelines/) or a
+    path (relative to this file) whose config this one states only the differences from. Mappings
+    merge key by key, at any depth; anything else (a list, a value) replaces the base's."""
     try:
         data = yaml.safe_load(source.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
-    data = apply_overrides(data, overrides or [])
-    return validate_config(data, source=str(source))
+    data = resolve_file_paths(data, source.resolve().parent)  # each file's paths beside that file
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{source}: base must be a recipe name or a YAML path, got {base!r}")
+    beside = source.resolve().parent / base
+    try:
+        parent = beside if Path(base).suffix in (".yaml", ".yml") and beside.is_file() else recipe_path(base)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: base {base!r}: {e}") from None
+    if parent.resolve() in _seen or parent.resolve() == source.resolve():
+        chain = " -> ".join(str(p) for p in (*_seen, source.resolve(), parent.resolve()))
+        raise ConfigError(f"{source}: base {base!r} leads back to itself ({chain})")
+    return merge_config(read_config_file(parent, (*_seen, source.resolve())), data)
+
+
+def merge_config(base: dict, changes: dict) -> dict:
+    """`base` with `changes` over it: mappings merged key by key, anything else replaced."""
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_config(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# Keys whose values are files or directories (rewards[].model too, unless "auto").
+PATH_KEYS = (("data", "path"), ("data", "eval_path"), ("model", "path"), ("reward_model", "pairs_path"),
+             ("reward_model", "eval_pairs_path"), ("reward_model", "init"))
+
+
+def resolve_file_paths(data: dict, base: Path) -> dict:
+    """A relative path written in a YAML file names a file beside that file when one is there (so
+    `coevo run code_tasks` finds its data from any directory); else it stays relative to the working
+    directory, as a path given on the command line is. Found ones become absolute, so the run's
+    saved config.yaml reruns from anywhere."""
+    def beside(value):
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            found = base / value
+            if found.exists():
+                return str(found)
+        return value
+
+    data = copy.deepcopy(data)
+    for section, key in PATH_KEYS:
+        if isinstance(data.get(section), dict) and key in data[section]:
+            data[section][key] = beside(data[section][key])
+    for reward in data.get("rewards") or []:
+        if isinstance(reward, dict) and reward.get("model") not in (None, "auto"):
+            reward["model"] = beside(reward["model"])
+    return data
 
 
 def validate_config(data: dict, source: str = "config") -> Config:

@@ -7,25 +7,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from orchestrator.prompt_set import DatasetError, PromptSet  # noqa: F401  (callers import them from here)
+
 REQUIRED = ("prompt", "answer")
-
-
-class DatasetError(ValueError):
-    """A dataset problem; the message names the file, row and column at fault."""
-
-
-@dataclass
-class PromptSet:
-    train: pa.Table
-    eval: pa.Table
-    name: str
 
 
 # ---- built-in tasks ---------------------------------------------------------------------------
@@ -124,15 +114,16 @@ def commuted_key(prompt: str) -> str:
 
 # ---- user files -------------------------------------------------------------------------------
 def read_table(path: str | Path, required: tuple[str, ...] = REQUIRED, text: tuple[str, ...] = ("prompt",),
-               what: str = "dataset") -> pa.Table:
-    """Read a .jsonl or .parquet file; check the required columns, their nulls, and text columns."""
+               what: str = "dataset", conversation: bool = False) -> pa.Table:
+    """Read a .jsonl or .parquet file; check the required columns, their nulls, and text columns.
+    `conversation`: each JSONL line's prompt is checked (text, or a list of messages) where it is read."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise DatasetError(f"{what} file {str(path)!r} not found")
     if path.suffix == ".parquet":
         table = pq.read_table(path)
     elif path.suffix in (".jsonl", ".json"):
-        table = _read_jsonl(path, required, text)
+        table = _read_jsonl(path, required, text, conversation)
     else:
         raise DatasetError(f"{what} file {str(path)!r}: use .jsonl or .parquet")
     if table.num_rows == 0:
@@ -152,9 +143,13 @@ def read_table(path: str | Path, required: tuple[str, ...] = REQUIRED, text: tup
 
 
 def read_rows(path: str | Path) -> pa.Table:
-    """A prompt dataset: `prompt` and `answer` (as text); adds `prompt_id` (from `id` if present)."""
+    """A prompt dataset: `prompt` (text, or a list of {role, content} messages) or `messages`, and
+    `answer` (as text); adds `prompt_id` (from `id` if present). A conversation is kept in `messages`;
+    its `prompt` is rendered later by the chat template (orchestrator/chat_data.py)."""
+    from orchestrator.chat_data import conversation_columns
+
     path = Path(path).expanduser()
-    table = read_table(path)
+    table = conversation_columns(read_table(path, required=("answer",), text=(), conversation=True), path)
     table = table.set_column(table.schema.get_field_index("answer"), "answer",
                              table.column("answer").cast(pa.string()))
     if "prompt_id" in table.schema.names:
@@ -172,7 +167,8 @@ def read_pairs(path: str | Path) -> pa.Table:
     return read_table(path, required=PAIR_COLUMNS, text=PAIR_COLUMNS, what="pairs")
 
 
-def _read_jsonl(path: Path, required: tuple[str, ...] = REQUIRED, text: tuple[str, ...] = ("prompt",)) -> pa.Table:
+def _read_jsonl(path: Path, required: tuple[str, ...] = REQUIRED, text: tuple[str, ...] = ("prompt",),
+                conversation: bool = False) -> pa.Table:
     rows, offset = [], 0
     # Read bytes and decode line by line, so a decoding error names its line and byte offset.
     with path.open("rb") as f:
@@ -184,20 +180,24 @@ def _read_jsonl(path: Path, required: tuple[str, ...] = REQUIRED, text: tuple[st
                                    f"({e.reason}); save the file as UTF-8") from None
             offset += len(raw)
             if line.strip():
-                rows.append(_jsonl_row(path, lineno, line, required, text))
+                rows.append(_jsonl_row(path, lineno, line, required, text, conversation))
     try:
         return pa.Table.from_pylist(rows)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise DatasetError(f"{path}: a column mixes types across rows ({e})") from None
 
 
-def _jsonl_row(path: Path, lineno: int, line: str, required: tuple[str, ...], text: tuple[str, ...]) -> dict:
+def _jsonl_row(path: Path, lineno: int, line: str, required: tuple[str, ...], text: tuple[str, ...],
+               conversation: bool = False) -> dict:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise DatasetError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(row, dict):
         raise DatasetError(f"{path}:{lineno}: each line must be a JSON object, got {type(row).__name__}")
+    if conversation:
+        from orchestrator.chat_data import check_prompt_field
+        check_prompt_field(row, f"{path}:{lineno}")
     for col in required:
         if col not in row:
             raise DatasetError(f"{path}:{lineno}: row has no {col!r} field (keys: {sorted(row)})")
@@ -225,12 +225,19 @@ def user_dataset(path: str, eval_path: str | None, eval_size: int, seed: int) ->
     return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=Path(path).stem)
 
 
-def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0) -> PromptSet:
-    """The prompt splits. With `label_fraction` < 1 the training prompts get a `labelled` column:
+def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=None) -> PromptSet:
+    """The prompt splits. With `model_cfg` (the run's `model` section) their prompts are rendered by
+    the chat template (data.chat_template; orchestrator/chat_data.py), after making the model
+    directory where model.bpe asks for one. With `label_fraction` < 1 the training prompts get a `labelled` column:
     which prompts the verifier labels, fixed per prompt for the run (seeded), as when checkable
     answers exist for only part of a dataset. Held-out prompts are always labelled."""
     if data_cfg.path:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
+    elif data_cfg.task == "math_word":
+        from orchestrator import math_word
+        m = data_cfg.math_word
+        train, held_out = math_word.make(m.train_size, data_cfg.eval_size, m.steps, m.max_number, seed)
+        prompts = PromptSet(train=train, eval=held_out, name="math_word")
     else:
         a = data_cfg.arithmetic
         prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed, data_cfg.analogs, a.sample,
@@ -246,6 +253,13 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0) -> PromptSet:
             text = [template.replace("{prompt}", p) for p in t.column("prompt").to_pylist()]
             setattr(prompts, split, t.set_column(t.schema.get_field_index("prompt"), "prompt",
                                                  pa.array(text, pa.string())))
+    if model_cfg is not None:
+        from orchestrator.chat_data import apply_chat
+
+        prompts = apply_chat(prompts, data_cfg, model_cfg, seed)
+    elif "messages" in prompts.train.schema.names:
+        raise DatasetError("the dataset's prompts are conversations (messages); they are rendered by the chat "
+                           "template of the run's model, which this caller did not give")
     return prompts
 
 

@@ -25,7 +25,7 @@ from orchestrator.colocation import sleep_generators
 from orchestrator.config import Config
 from orchestrator.data import PromptSampler, PromptSet
 from orchestrator.metrics import MetricsSink
-from orchestrator.progress import RunProgress
+from orchestrator.progress import RunProgress, estimate
 from orchestrator.reward_health import RewardHealth, step_counts
 
 FAILURES_EVERY_S = 1.0  # replica deaths (a GCS query) are read at most this often between evaluations
@@ -83,7 +83,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
     cfg = ctx.config
     rollouts = ctx.rollouts = recipe.make_source(ctx, (state or {}).get("rollouts"))
     rollouts.start()
-    ctx.progress.start(recipe.name, total=cfg.train.max_steps, completed=ctx.step)
+    ctx.progress.start(recipe.name, total=recipe.step_budget(cfg)[0], completed=ctx.step)
     row: dict = {}
     last_acc = None
     busy_before = _busy(ctx)
@@ -92,6 +92,8 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                           cfg.verifier.max_failed_steps)
     colocated = cfg.rollout.vllm_sleep_level > 0  # strict on-policy only (the config refuses it with k > 0)
     cpu_mark = time.process_time()  # the driver's own CPU per step: what a bigger cluster cannot spread
+    loop_start, first_step = time.perf_counter(), ctx.step + 1
+    budget, ends_early = recipe.step_budget(cfg)
     try:
         while ctx.step < cfg.train.max_steps and not ctx.stop_requested:
             step = ctx.step + 1
@@ -139,6 +141,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                 if channel.settings.transport == "collective":  # groups formed; versions sent the other way
                     row[f"channel/{name}/epochs"] = channel.epochs
                     row[f"channel/{name}/fallbacks"] = channel.fallbacks
+                    row[f"channel/{name}/join_failures"] = channel.join_failures
             evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
             # Ray's restart counts are read fresh on evaluated steps (and the last), else at most once a second
             restarts_age = 0.0 if evaluated else FAILURES_EVERY_S
@@ -165,7 +168,11 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             ctx.metrics.export(ctx, row, pieces)
             if row.get("eval/accuracy") is not None:
                 last_acc = (row["eval/accuracy"], step)
-            ctx.progress.update(step, step_info(row, last_acc), force_line=evaluated)
+            left = estimate(time.perf_counter() - loop_start, step - first_step + 1, budget - first_step + 1,
+                            at_most=ends_early)
+            # logs get a line at every evaluation, and at least every tenth of the run
+            line = evaluated or step % max(1, budget // 10) == 0
+            ctx.progress.update(step, f"{step_info(row, last_acc)}  [{left}]", force_line=line)
             for warning in health.observe(step, step_counts([p.info for p in pieces])):  # raises to stop
                 ctx.progress.print(warning)
             every, every_s = cfg.train.checkpoint_every, cfg.train.checkpoint_every_s

@@ -11,7 +11,7 @@ OOM_TEXT = ("CUDA out of memory", "CUDA error: out of memory", "CUBLAS_STATUS_AL
 PHASES = {"__init__": "start-up (building or loading its model)", "generate": "generation",
           "judge": "judging", "score": "scoring", "train_step": "a training step",
           "train_step_published": "a training step", "train_step_returns": "a training step",
-          "sft_steps": "the SFT warm-up", "laser_align_steps": "the self-verification warm-up",
+          "sft_steps": "the SFT warm-up", "call_objective": "a recipe's own learner step (a warm-up's, a critic's)",
           "train_preference": "a preference step", "train_values": "a value step", "values_of": "computing values",
           "train_pairs": "a reward-model step", "update_and_score": "a PRM step",
           "update_weights": "loading a weight update", "receive_weights": "loading a weight update",

@@ -97,20 +97,32 @@ class MetricsSink:
         self._pending.clear()
         self._sent_at = time.monotonic()
 
-    def plot(self) -> list[Path]:
+    def series(self, warm_start: float | None = None) -> dict[str, list[tuple[int, float]]]:
+        """The plotted panels' (step, value) points; held-out accuracy starts at step 0 with the warm
+        start the last line compares the end with, where a stage measured one."""
+        shown = [k for k, _ in PLOTTED if any(r.get(k) is not None for r in self.history)] or [k for k, _ in PLOTTED[:2]]
+        out = {k: [(r["step"], r[k]) for r in self.history if r.get(k) is not None] for k in shown}
+        if "eval/accuracy" in out and warm_start is not None:
+            out["eval/accuracy"].insert(0, (0, warm_start))
+        return out
+
+    def plot(self, warm_start: float | None = None) -> list[Path]:
+        """plots/reward_accuracy.png: a panel per series (orchestrator.metrics.PLOTTED that has values)."""
         # The object API, not pyplot: no GUI backend, and safe in the thread the run draws it from
         from matplotlib.figure import Figure
 
         out_dir = self.run_dir / "plots"
         out_dir.mkdir(exist_ok=True)
-        shown = [(k, t) for k, t in PLOTTED if any(r.get(k) is not None for r in self.history)] or list(PLOTTED[:2])
-        fig = Figure(figsize=(5 * len(shown), 3.5))
-        axes = fig.subplots(1, len(shown), squeeze=False)
-        for ax, (key, title) in zip(axes[0], shown):
-            points = [(r["step"], r[key]) for r in self.history if r.get(key) is not None]
+        series, titles = self.series(warm_start), dict(PLOTTED)
+        fig = Figure(figsize=(5 * len(series), 3.5))
+        axes = fig.subplots(1, len(series), squeeze=False)
+        for ax, (key, points) in zip(axes[0], series.items()):
             if points:
                 ax.plot(*zip(*points), marker="o" if key.startswith("eval") else None, markersize=3)
-            ax.set_title(title)
+            if key == "eval/accuracy" and warm_start is not None:
+                ax.plot([0], [warm_start], marker="s", color="tab:orange", linestyle="none", label="warm start")
+                ax.legend(loc="lower right", fontsize=8)
+            ax.set_title(titles[key])
             ax.set_xlabel("step")
             if "accuracy" in key:
                 ax.set_ylim(-0.02, 1.02)

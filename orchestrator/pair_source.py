@@ -4,20 +4,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import ray
 
+from orchestrator.batch_source import BatchSource, PairPiece
 from orchestrator.data import DatasetError, read_pairs
-
-
-@dataclass
-class PairPiece:
-    table: ray.ObjectRef
-    samples: int
-    info: dict = field(default_factory=dict)
 
 
 def load_pair_splits(rm_cfg, seed: int) -> tuple[pa.Table, pa.Table]:
@@ -32,7 +25,7 @@ def load_pair_splits(rm_cfg, seed: int) -> tuple[pa.Table, pa.Table]:
     return pairs.slice(rm_cfg.eval_pairs), pairs.slice(0, rm_cfg.eval_pairs)
 
 
-class PairSource:
+class PairSource(BatchSource):
     def __init__(self, ctx, train: pa.Table, state: dict | None = None):
         state = state or {}
         self.ctx, self.train = ctx, train
@@ -45,9 +38,6 @@ class PairSource:
     def _shuffle(self) -> np.ndarray:
         return np.random.default_rng([self.seed, self.epoch, 5]).permutation(self.train.num_rows)
 
-    def start(self) -> None:
-        pass
-
     async def take(self) -> list[PairPiece] | None:
         if self.ctx.stop_requested:
             return None
@@ -59,17 +49,8 @@ class PairSource:
         self.counts["samples/consumed"] += len(idx)
         return [PairPiece(ray.put(self.train.take(pa.array(idx))), len(idx))]
 
-    def trained_batch(self) -> None:
-        pass
-
-    def interrupt(self) -> None:
-        pass
-
     def accounting(self) -> dict:
         return {**self.counts, "pairs/epoch": self.epoch}
 
     async def snapshot(self) -> dict:
         return {"epoch": self.epoch, "position": self.position, "counts": dict(self.counts), "pieces": []}
-
-    async def stop(self) -> None:
-        pass

@@ -6,6 +6,29 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
+def duration(seconds: float) -> str:
+    seconds = round(max(0.0, seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 600:
+        return f"{seconds // 60} min {seconds % 60} s" if seconds % 60 else f"{seconds // 60} min"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def estimate(spent: float, done: int, total: int, at_most: bool) -> str:
+    """Time spent and, at the rate so far, what is left of `total` steps: "about" for a fixed number
+    of steps; for work that ends early at a target, its rate and the latest it ends (its budget)."""
+    if done <= 0:
+        return f"{duration(spent)} so far"
+    rate = spent / done
+    left = duration(rate * max(0, total - done))
+    if not at_most:
+        return f"{duration(spent)} so far, about {left} left"
+    return f"{duration(spent)} so far, {rate:.2g} s/step; ends at its target, at the latest in {left}"
+
+
 class RunProgress:
     def __init__(self, console: Console | None = None):
         self.console = console or Console(highlight=False)

@@ -1,31 +1,33 @@
-"""One line per shipped recipe (pipelines/NAME.yaml), for `coevo run --help`. A test keeps this
-list and the YAML files in step."""
+"""The shipped configs (pipelines/NAME.yaml), for `coevo run --help`: each file says what it does and
+what a first run of it costs in two comment lines of its own, `# summary: ...` and `# first run: ...`
+(the warm-up stages a first run pays for, cached after; docs/recipes.md#what-a-first-run-costs has
+the measurements). No list of recipes lives here: a new file in pipelines/ is listed as it is."""
 
 from __future__ import annotations
 
-RECIPE_LINES = {
-    "grpo_addition": "(default) PSR, GRPO's positive half, on 2-digit addition after a cached SFT warm-up",
-    "reward_model": "a Bradley-Terry reward model from the warm policy's verifier-labelled samples",
-    "cooper": "policy and reward model trained together (Cooper)",
-    "prime": "dense implicit process rewards (PRIME)",
-    "ppo": "PPO with a critic and GAE",
-    "dph": "DPH-RL: GRPO plus a JS / forward-KL rehearsal of the initial policy's samples",
-    "spark": "SPARK: the policy also trains as its own judge on its verified rollouts, and is rewarded by it",
-    "spc": "SPC: a sneaky generator and a critic play an adversarial game; the critic rewards the policy",
-    "self_rewarding": "iterative DPO on the policy's own judgments (Self-Rewarding LM)",
-    "self_judged_grpo": "GRPO rewarded by the policy's own online judgment (SSR-Zero-style)",
-    "laser": "LaSeR: a last-token self-reward aligned with the verifier where it labels",
-    "majority_vote": "label-free: agreement with the group's majority answer",
-    "co_reward": "label-free: agreement with an analogous question's majority answer (Co-Reward)",
-    "mixed_rewards": "verifier + reward model + format reward with G-RA gates",
-    "process_hacking": "a naive per-step process reward and its Clipping / Delta shaping",
-    "code_tasks": "one-line Python functions rewarded by running their unit tests",
-    "subtraction_jsonl": "a user JSONL dataset and a user reward function (pipelines/examples/)",
-    "tool_calculator": "agentic RL: 4-digit multiplication over several turns with a calculator tool",
-}
+import re
+from pathlib import Path
+
+from orchestrator.config import DEFAULT_RECIPE, PIPELINES_DIR
+
+_LINE = re.compile(r"^# (summary|first run): (.+)$", re.M)
+
+
+def describe(path: Path) -> dict[str, str]:
+    """A config file's own `summary` and `first run` lines (empty where it has none)."""
+    return {key.replace(" ", "_"): text.strip() for key, text in _LINE.findall(path.read_text(encoding="utf-8"))}
+
+
+def shipped() -> dict[str, dict[str, str]]:
+    """Every file in pipelines/, the default first, with its summary and first-run lines."""
+    files = sorted(PIPELINES_DIR.glob("*.yaml"), key=lambda p: (p.stem != DEFAULT_RECIPE, p.stem))
+    return {p.stem: describe(p) for p in files}
 
 
 def recipes_help() -> str:
-    width = max(map(len, RECIPE_LINES))
-    return "recipes (coevo run NAME loads pipelines/NAME.yaml):\n" + "\n".join(
-        f"  {name:{width}}  {line}" for name, line in RECIPE_LINES.items())
+    recipes = shipped()
+    width = max(map(len, recipes))
+    return ("recipes (coevo run NAME loads pipelines/NAME.yaml); a first run also pays for the warm-ups after\n"
+            "'first run:' (times on 2 idle CPU cores; cached, later runs skip them):\n" + "\n".join(
+                f"  {name:{width}}  {about.get('summary', '')}\n  {'':{width}}    first run: {about.get('first_run', '-')}"
+                for name, about in recipes.items()))

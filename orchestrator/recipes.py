@@ -2,8 +2,9 @@
 stages a batch goes through and its credit step (orchestrator.credit); the one loop
 (orchestrator.loop) runs every recipe.
 
-Built-in recipes live in pipelines/ and are named here by import path, so the orchestrator never
-imports them until one is asked for; a user recipe is any `module:Class` subclassing `Recipe`.
+Built-in recipes live in pipelines/ and register themselves there (pipelines/__init__.py), by import
+path, so no recipe module is imported until one is asked for; a user recipe is any `module:Class`
+subclassing `Recipe`.
 """
 
 from __future__ import annotations
@@ -14,23 +15,9 @@ from actors.registry import LazyRegistry
 from orchestrator.roles import RoleSpec
 from orchestrator.stages import DEFAULT
 
-BUILT_IN = {
-    "grpo": "pipelines.grpo:GRPO",
-    "reward_model": "pipelines.reward_model:RewardModelTraining",
-    "cooper": "pipelines.cooper:Cooper",
-    "prime": "pipelines.prime:Prime",
-    "ppo": "pipelines.ppo:PPO",
-    "dph": "pipelines.dph:DPH",
-    "spark": "pipelines.spark:Spark",
-    "spc": "pipelines.spc:SPC",
-    "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
-    "laser": "pipelines.laser:Laser",
-}
-
-
-RECIPES = LazyRegistry("recipe")
-for _name, _path in BUILT_IN.items():
-    RECIPES.register(_name)(_path)
+# The built-in recipes register themselves in pipelines/__init__.py, imported on the first lookup:
+# the control plane imports no recipe, and names none.
+RECIPES = LazyRegistry("recipe", plugins=("pipelines",))
 
 
 def policy_roles(sources: "Sources") -> dict[str, RoleSpec]:
@@ -94,6 +81,11 @@ class Recipe:
     def stage_roles(cls, config, sources: Sources) -> dict:
         """Roles a stage borrows where the recipe has none of that name (temporary pools)."""
         return policy_roles(sources)
+
+    def step_budget(self, config) -> tuple[int, bool]:
+        """At most how many loop steps a run takes, and whether it may end before them (the progress
+        estimate's basis): train.max_steps, ending early at train.stop_at_accuracy."""
+        return config.train.max_steps, config.train.stop_at_accuracy is not None
 
     @classmethod
     def credit(cls, config, sources: Sources):

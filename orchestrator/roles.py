@@ -544,6 +544,17 @@ class Pool:
         for rep in self.replicas:
             ray.kill(rep.handle, no_restart=True)
 
+    def forget_weights(self) -> None:
+        """After a learner restart (the learner rolled back to a checkpoint): no version is published
+        and no replica holds one, so the restored learner's next publish, an older version than the
+        replicas hold, is what every replica takes before it gets work. Shared statistics start over
+        (the restart's restore loads the checkpoint's)."""
+        self.version, self.published, self.weights, self.weights_version, self._export = 0, False, None, 0, None
+        for rep in self.replicas:
+            rep.version = 0
+        if self.held is not None:
+            self.held = HeldState(self.held._merge)
+
 
 def _restarts(handle) -> int | None:
     """How often Ray restarted an actor, or None where the GCS cannot say (no public API reads it

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import ray
 
+from orchestrator.batch_source import BatchSource
+
 log = logging.getLogger("coevo")
 UNIFORM = "uniform_reward"  # the drop reason of dynamic sampling
 
@@ -39,7 +41,7 @@ class Piece:
     dispatched_at: float = field(default_factory=time.perf_counter)
 
 
-class Rollouts:
+class Rollouts(BatchSource):
     """Generates and scores pieces concurrently; `take(B)` returns the oldest complete pieces that
     together hold B prompt groups."""
 

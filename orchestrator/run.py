@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from orchestrator.progress import RunProgress
 from orchestrator.recipes import RECIPES, Sources
 from orchestrator.pools import build_pools, ready
 from orchestrator.roles import RoleError, resolve
+from orchestrator.session import Session, session_record
 from orchestrator.stage_driver import StageDriver
+from orchestrator.stages import Stopped, until_stopped
 
 
 def in_ray_job() -> bool:
@@ -38,6 +41,10 @@ def resolve_run_dir(config: Config, resume: bool) -> Path:
     if config.output_dir is None:
         base = Path("~/coevo/runs").expanduser() if in_ray_job() else Path("runs")
         path = base / stamp
+        for i in range(2, 1000):  # another run started in the same second
+            if not path.exists():
+                break
+            path = base / f"{stamp}-{i}"
     else:
         path = Path(config.output_dir).expanduser()
         if in_ray_job() and not path.is_absolute():
@@ -51,9 +58,24 @@ def resolve_run_dir(config: Config, resume: bool) -> Path:
     return path
 
 
+@dataclass
+class Survivors:
+    """What a learner restart keeps of the failed attempt: its Ray cluster, the pools that are not
+    learners (generators, verifiers, reward models and judges: the same actors, which take the
+    restored learner's weights) and the attempt's model sources and warm-up results."""
+    local: bool
+    pools: dict
+    sources: Sources
+    warm_info: dict = field(default_factory=dict)
+    kept: dict = field(default_factory=dict)  # the Run's attributes carried over
+
+
 class Run:
-    def __init__(self, config: Config, run_dir: Path, resume: bool, restarted: bool = False):
+    def __init__(self, config: Config, run_dir: Path, resume: bool, restarted: bool = False,
+                 session: Session | None = None, survivors: Survivors | None = None):
         self.config, self.run_dir = config, run_dir
+        self.survivors = survivors  # after a lost learner: what the failed attempt leaves running
+        self.session = session or Session()  # the command's timing, restarts and resume point
         self.restarted = restarted  # after a lost learner: with no checkpoint, earlier rows are redone
         self.resume_from = ckpt.latest(run_dir) if resume else None
         self.state = json.loads((self.resume_from / ckpt.STATE_FILE).read_text()) if self.resume_from else None
@@ -88,31 +110,43 @@ class Run:
         token = names.RUN.set(self.run_dir.name)  # its actors' names (orchestrator.names)
         try:
             summary = await self._main(nested)
-        except BaseException:
+        except BaseException as e:
             if self.ctx is not None and self.ctx.metrics is not None:
-                self.ctx.metrics.finish("failed")
+                self.ctx.metrics.finish("stopped" if isinstance(e, Stopped) else "failed")
             raise
         finally:
             names.RUN.reset(token)
         return summary
 
     async def _main(self, nested: bool) -> dict:
-        cfg = self.config
+        cfg, session = self.config, self.session
         t_start = time.perf_counter()
-        if not nested:
+        kept = self.survivors
+        if kept is not None:  # a learner restart: the same cluster, the same GPU plan
+            local = kept.local
+            self._install_signals()
+            for name, value in kept.kept.items():
+                setattr(self, name, value)
+        elif not nested:
             where, local = cluster.connect(cfg.ray)
             self.progress.print(where)
             self._install_signals()
         else:
             local = False
-        self.gpu_plan = self._plan_gpus(local, nested)
-        t_ray = time.perf_counter() - t_start
-        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction)
+        self.local = local
+        if kept is None:
+            self.gpu_plan = self._plan_gpus(local, nested)
+        session.add("ray_start", time.perf_counter() - t_start)
+        # from here to the loop: the warm-up stages (timed by the stage driver) and the actors' start
+        t_actors, counted = time.perf_counter(), sum(session.phases.values())
+        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction, model_cfg=cfg.model)
         warm_info: dict = {}
-        t_warm = time.perf_counter()
         pools: dict = {}
         if self.resume_from is not None:  # every stage finished before the checkpoint
             sources = self._resumed_sources()
+            pools = dict(kept.pools) if kept is not None else {}
+        elif kept is not None:  # no checkpoint yet: the failed attempt's sources, from the first step
+            sources, warm_info, pools = kept.sources, dict(kept.warm_info), dict(kept.pools)
         else:
             sources = Sources()
             pools, warm_info = await StageDriver(self, prompts, local).run_all(sources)
@@ -127,6 +161,7 @@ class Run:
                 sources.policy = str(self.run_dir / self._frozen["policy"])
             sources.reward_models = {n: str(self.run_dir / rel) for n, rel in self._frozen["reward_models"].items()}
         self._policy_source = sources.policy
+        self._sources, self._warm_info = sources, warm_info
         roles = self.role_specs(sources)
         cluster.check_resources(cfg, roles, local)
         pools.update(build_pools({k: v for k, v in roles.items() if k not in pools}, cfg))
@@ -137,18 +172,11 @@ class Run:
                                     pools=pools, metrics=metrics, progress=self.progress,
                                     credit=self.recipe.credit(cfg, sources))
         ctx.stop_requested = self._pending_stop
-        await ready(pools)
-        await self.report_placement(pools)
-        for line in filter(None, (pool.describe() for pool in pools.values())):
-            self.progress.print(line)
-        ctx.channels = self.recipe.channels(ctx)
-        if self.state:
-            await self._restore(ctx)
-        else:
-            await self._save_references(ctx)
-        t_warm = time.perf_counter() - t_warm
-        await self._publish_all(ctx)
-        await self.recipe.prepare(ctx)
+        after = ("the same --resume goes on from the same checkpoint" if self.state else
+                 "the warm-up stages are cached, and the same command goes on from there (reusing an --output-dir)")
+        await until_stopped(self, self._start(ctx), "start of the run's actors, before its first step",
+                            message=f"nothing to save yet: {after}")
+        session.add("actors", time.perf_counter() - t_actors - (sum(session.phases.values()) - counted))
         t_rl = time.perf_counter()
         try:
             last = await train(ctx, self.recipe, self.checkpoint, self.state)
@@ -156,10 +184,12 @@ class Run:
             if ctx.rollouts is not None:
                 await ctx.rollouts.stop()
             raise
-        t_rl = time.perf_counter() - t_rl
+        finally:
+            session.add("train", time.perf_counter() - t_rl)
+        t_finish = time.perf_counter()
         stopped = ctx.stop_requested
-        plotting = asyncio.create_task(asyncio.to_thread(ctx.metrics.plot))  # drawn while the learners save
-        final = await self.checkpoint(ctx, f"step_{ctx.step}" if stopped else "final")
+        plotting = asyncio.create_task(asyncio.to_thread(ctx.metrics.plot, self._warm_start.get("warm_start/accuracy")))
+        final = await self.checkpoint(ctx, f"step_{ctx.step}" if stopped else "final")  # while the plot is drawn
         await ctx.rollouts.stop()
         plots = await plotting
         ctx.metrics.finish("stopped" if stopped else "finished")
@@ -167,15 +197,60 @@ class Run:
         if nested:
             for pool in pools.values():
                 pool.shutdown()
-        summary = {"run_dir": str(self.run_dir), "steps": ctx.step, "final_checkpoint": str(final),
-                   "stopped_by": stopped, "recipe": cfg.recipe,
+        session.add("finish", time.perf_counter() - t_finish)
+        summary = {"run_dir": str(self.run_dir), "final_checkpoint": str(final),
+                   "stopped_by": stopped, "recipe": cfg.recipe, **session.summary(ctx.step),
                    "eval/accuracy": last.get("eval/accuracy", ctx.last_eval.get("eval/accuracy")),
                    "eval/step": ctx.last_eval_step, "eval/prompts": prompts.eval.num_rows,
-                   "time/total_s": time.perf_counter() - t_start, "time/ray_start_s": t_ray,
-                   "time/warmup_s": t_warm, "time/train_s": t_rl, "plots": [str(p) for p in plots],
+                   "plots": [str(p) for p in plots],
                    **ctx.last_eval, **ctx.rollouts.accounting(), **warm_info, **self._warm_start}
+        summary["sessions"] = self._earlier_sessions() + [session_record(summary)]
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+    def survive(self) -> Survivors | None:
+        """After this attempt lost a learner: shut its learner pools down and keep the rest for the
+        next attempt (None where the attempt had not started its loop's actors: it starts over)."""
+        ctx = self.ctx
+        if ctx is None or getattr(self, "_sources", None) is None:
+            return None
+        keep = {}
+        for name, pool in ctx.pools.items():
+            if pool.spec.learner:
+                pool.shutdown()
+            else:
+                pool.forget_weights()
+                keep[name] = pool
+        names_kept = ("gpu_plan", "gpus_usable", "_frozen", "_policy_source", "_reward_model_sources",
+                      "_warm_start", "_placed")
+        return Survivors(self.local, keep, self._sources, self._warm_info,
+                         {k: getattr(self, k) for k in names_kept})
+
+    def _earlier_sessions(self) -> list[dict]:
+        """The sessions of a resumed run before this one, from the summary its last session wrote."""
+        path = self.run_dir / "summary.json"
+        if self.session.resumed_from is None or not path.is_file():
+            return []
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            return []
+        return old.get("sessions") or [session_record(old)]
+
+    async def _start(self, ctx: RunContext) -> None:
+        """The run's actors up, its state restored (or its references saved), weights published, and
+        the recipe's own preparation (held-out pairs, a rehearsal set)."""
+        await ready(ctx.pools)
+        await self.report_placement(ctx.pools)
+        for line in filter(None, (pool.describe() for pool in ctx.pools.values())):
+            self.progress.print(line)
+        ctx.channels = self.recipe.channels(ctx)
+        if self.state:
+            await self._restore(ctx)
+        else:
+            await self._save_references(ctx)
+        await self._publish_all(ctx)
+        await self.recipe.prepare(ctx)
 
     # ---- GPUs (orchestrator.placement) ----------------------------------------------------------------
     def _plan_gpus(self, local: bool, nested: bool) -> placement.Plan:
@@ -271,6 +346,17 @@ class Run:
     gpu_plan: placement.Plan = placement.Plan()
     gpus_usable: bool | None = None  # whether this torch can use the cluster's GPUs (None: not asked yet)
     _reward_model_sources: dict = {}
+    _stop_event: asyncio.Event | None = None
+    stage_step: tuple[int, int] | None = None  # a running stage's (step, budget), for a stop's message
+
+    def stopping(self) -> asyncio.Event:
+        """Set once a stop is requested (in the event loop the run is in)."""
+        if self._stop_event is None:
+            self._stop_event = asyncio.Event()
+        if self._pending_stop:
+            self._stop_event.set()
+        return self._stop_event
+
     _frozen: dict | None = None  # orchestrator.frozen's index of the run's frozen models
     _policy_source: str | None = None
     _pending_stop: str | None = None
@@ -279,6 +365,8 @@ class Run:
     def request_stop(self, signame: str) -> None:
         """Stop after this step (or a stage's block), here and in a run nested in a stage."""
         self._pending_stop = signame
+        if self._stop_event is not None:
+            self._stop_event.set()
         if self.ctx is not None:
             self.ctx.stop_requested = signame
             if self.ctx.rollouts is not None:
@@ -295,8 +383,8 @@ class Run:
             if self._pending_stop or (self.ctx and self.ctx.stop_requested):
                 os._exit(128 + getattr(signal, signame))
             self.request_stop(signame)
-            self.progress.print(f"\n{signame}: stopping after this step, with a checkpoint once training has "
-                                "started (again to stop at once)")
+            self.progress.print(f"\n{signame}: stopping: during a warm-up stage at once, in training after this "
+                                "step, with a checkpoint (again to stop at once)")
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, handler, sig.name)
@@ -304,36 +392,63 @@ class Run:
 
 def run(config: Config, resume: bool = False) -> dict:
     """Train; returns the summary (also written to `run_dir/summary.json`)."""
+    session = Session()
     run_dir = resolve_run_dir(config, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
+    run_dirs.mark(run_dir)
     dump_config(config, run_dir / "config.yaml")
-    job = Run(config, run_dir, resume)
+    job = Run(config, run_dir, resume, session=session)
+    if job.resume_from is not None:
+        session.resumed_from, session.first_step = job.resume_from.name, job.state["step"] + 1
     job.progress.print(f"run directory: {run_dir}")
-    restarts = config.train.learner_restarts
+    current = [job]
     try:
-        while True:
-            try:
-                return asyncio.run(job.main())
-            except RoleError as e:
-                if not e.lost_learner or restarts == 0 or job._pending_stop:
-                    raise
-                restarts -= 1
-                job.progress.stop()
-                latest = ckpt.latest(run_dir)
-                job.progress.print(restart_message(e, latest, job.ctx.step if job.ctx else 0, restarts))
-                cluster.shutdown()  # every actor of the failed attempt goes with the driver's connection
-                job = Run(config, run_dir, resume=latest is not None, restarted=True)
+        return asyncio.run(_attempts(config, run_dir, session, current))
     finally:
-        job.progress.stop()
+        current[0].progress.stop()
         try:
             cluster.shutdown()
         except KeyboardInterrupt:  # the run is over: a Ctrl-C while Ray stops only makes it stop sooner
             pass
 
 
-def restart_message(error: RoleError, latest: Path | None, reached: int, left: int) -> str:
-    start = json.loads((latest / ckpt.STATE_FILE).read_text())["step"] if latest is not None else 0
+async def _attempts(config: Config, run_dir: Path, session: Session, current: list) -> dict:
+    """The run's attempts in one event loop: a lost learner restarts from the newest checkpoint, with
+    only the learner roles started again (the other roles' actors keep running: Run.survive); one
+    lost before the loop's actors started begins again on a new cluster."""
+    restarts = config.train.learner_restarts
+    while True:
+        job = current[0]
+        try:
+            return await job.main()
+        except RoleError as e:
+            if not e.lost_learner or restarts == 0 or job._pending_stop:
+                raise
+            t_restart = time.perf_counter()
+            restarts -= 1
+            job.progress.stop()
+            latest = ckpt.latest(run_dir)
+            reached = job.ctx.step if job.ctx else 0
+            survivors = job.survive()
+            job.progress.print(restart_message(e, latest, reached, restarts, survivors))
+            session.restarted(reached, _step_of(latest), latest.name if latest else None, str(e))
+            if survivors is None:
+                cluster.shutdown()  # every actor of the failed attempt goes with the driver's connection
+            current[0] = Run(config, run_dir, resume=latest is not None, restarted=True, session=session,
+                             survivors=survivors)
+            session.add("restart", time.perf_counter() - t_restart)
+
+
+def _step_of(checkpoint: Path | None) -> int:
+    return json.loads((checkpoint / ckpt.STATE_FILE).read_text())["step"] if checkpoint is not None else 0
+
+
+def restart_message(error: RoleError, latest: Path | None, reached: int, left: int,
+                    survivors: Survivors | None = None) -> str:
+    start = _step_of(latest)
     redone = f"steps {start + 1}-{reached} are redone" if reached > start else "no step is redone"
     where = f"its newest checkpoint, {latest.name}" if latest is not None else "the first step (no checkpoint yet)"
-    return (f"{error}\nrestarting the run from {where}: {redone}; {left} more restart(s) allowed "
+    what = (f"the learner roles start again, {', '.join(sorted(survivors.pools))} keep running"
+            if survivors is not None and survivors.pools else "every role starts again")
+    return (f"{error}\nrestarting the run from {where}: {redone}; {what}; {left} more restart(s) allowed "
             f"(train.learner_restarts)")

@@ -1,11 +1,13 @@
-"""Whether a run directory may be used, decided before Ray starts: one whose run stopped before its
-first checkpoint is started again in place, one with a checkpoint is continued only with --resume,
-and a finished one is never written over."""
+"""Whether a run directory may be used, decided before Ray starts: a new or empty directory is
+used, a directory that coevo did not make is refused (coevo never writes over a user's files), one
+whose run stopped before its first checkpoint is started again in place, one with a checkpoint is
+continued only with --resume, and a finished one is never written over."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import yaml
@@ -13,14 +15,31 @@ import yaml
 from orchestrator import checkpoint as ckpt
 from orchestrator.config import ConfigError
 
-RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
+# Written first into every run directory: what tells coevo's own directory from a user's.
+MARKER = "coevo_run.json"
 # What a run writes before its first checkpoint (cleared when such a directory is used again).
 EARLY_OUTPUTS = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints", "tensorboard", "plots",
                  "rollouts", "warmup", "judge_warmup", "laser_warmup")
 
 
 def holds_run(path: Path) -> bool:
-    return path.is_dir() and any((path / m).exists() for m in RUN_MARKERS)
+    """A directory coevo made for a run: its marker, or (made before the marker existed) a checkpoint."""
+    return path.is_dir() and ((path / MARKER).is_file() or ckpt.latest(path) is not None)
+
+
+def mark(path: Path) -> None:
+    """Make `path` a run directory (kept when it already is one)."""
+    if not (path / MARKER).is_file():
+        from orchestrator import __version__  # the source tree's or the installed one's
+
+        (path / MARKER).write_text(json.dumps({"coevo": __version__, "created": time.strftime(
+            "%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+
+
+def _contents(path: Path, limit: int = 6) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 def is_saved_config(config_arg: str | None) -> bool:
@@ -38,6 +57,15 @@ def is_saved_config(config_arg: str | None) -> bool:
 def claim(path: Path, config, resume: bool) -> str | None:
     """Check that `path` may be used for this run; returns a line to print, if any. Changes
     nothing on disk unless the directory is reused (a run with no checkpoint)."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"output directory {path} is a file, not a directory: choose another --output-dir")
+    if path.is_dir() and not holds_run(path) and any(path.iterdir()):
+        if resume:
+            raise ConfigError(f"--resume: {path} is not a coevo run directory (it holds {_contents(path)}), so "
+                              "there is no run to resume there; nothing was touched")
+        raise ConfigError(f"output directory {path} is not empty and is not a coevo run directory (it holds "
+                          f"{_contents(path)}); coevo writes only into a new or empty directory or one of its own "
+                          "runs, so nothing there was touched: choose another --output-dir")
     latest = ckpt.latest(path)
     if resume:
         if latest is None and holds_run(path):

@@ -13,10 +13,16 @@ def cache_key(config, extra: dict | None = None) -> str:
     # a kernel choice left at transformers' default is not in the key, so keys made before the
     # setting existed still hit; a chosen kernel changes the warm model's rounding, so it is. The same
     # for model.dtype (the generator's, which evaluates the warm-up): auto is out, a chosen one in
-    unset = {k for k, v in (("attn_implementation", None), ("dtype", "auto")) if getattr(config.model, k) == v}
+    unset = {k for k, v in (("attn_implementation", None), ("dtype", "auto"), ("bpe", None))
+             if getattr(config.model, k) == v}
     model = config.model.model_dump(exclude=unset or None)
-    # settings added later are in the key only where set, so the keys made before them still hit
-    data = config.data.model_dump(exclude={"analogs"})
+    # settings added later are in the key only where set, so the keys made before them still hit: the
+    # data settings of chat templates and the math_word task where unused, arithmetic's sample and
+    # operator_digits, warmup.data
+    data_unset = {k for k, v in (("chat_template", "auto"), ("system_prompt", None)) if getattr(config.data, k) == v}
+    if config.data.task != "math_word":
+        data_unset.add("math_word")
+    data = config.data.model_dump(exclude={"analogs", *data_unset})
     _drop_unset(data)
     warmup = config.warmup.model_dump(exclude={"cache", "cache_dir"} | ({"data"} if config.warmup.data is None else set()))
     if warmup.get("data"):

@@ -4,12 +4,15 @@ recipe also has go on into the run with the warm weights."""
 
 from __future__ import annotations
 
+import time
+
 from orchestrator import cluster
 from orchestrator.data import PromptSampler
 from orchestrator.loop import RunContext
 from orchestrator.recipes import Sources
 from orchestrator.pools import build_pools, ready
 from orchestrator.stage_cache import read_marker
+from orchestrator.stages import until_stopped
 
 _HOLDERS = ("generator", "policy_learner")  # pools that hold the policy a stage starts from
 
@@ -21,6 +24,7 @@ class StageDriver:
         self.run, self.prompts, self.local = run, prompts, local
         self.pools: dict = {}
         self.temporary: set[str] = set()  # borrowed pools the recipe itself has no use for
+        self.starting_s = 0.0  # starting the pools a stage borrows (counted as the actors' time)
 
     async def run_all(self, sources) -> tuple[dict, dict]:
         """Every enabled stage; returns the pools that go on into the run, and the summary info."""
@@ -29,28 +33,37 @@ class StageDriver:
         for stage in run.recipe.stages(cfg):
             if not stage.enabled(cfg, run.recipe):
                 continue
+            started = time.perf_counter()
             path = stage.cache_path(cfg, sources)
-            info = {}
+            info, cached = {}, True
             if path is not None:
                 info = read_marker(path, stage.marker) if stage.caching(cfg) else None
                 if info is None:
-                    ctx = await self._borrow(stage.borrows, sources)
-                    path = stage.output_dir(cfg, path, run.run_dir)
-                    info = await stage.train(ctx, path, sources)
+                    cached, path = False, stage.output_dir(cfg, path, run.run_dir)
+                    info = await until_stopped(run, self._fresh(stage, path, sources), stage.label)
                 else:
                     run.progress.print(stage.cached_message(cfg, path, info))
                     if stage.borrows:  # they hold an earlier stage's weights
                         for role in _HOLDERS:
                             if role in self.pools:
                                 self.pools.pop(role).shutdown()
+            starting, self.starting_s = self.starting_s, 0.0  # its pools' start: the actors' time, not the stage's
+            run.session.add("actors", starting)
+            run.session.stage(stage.label, time.perf_counter() - started - starting, cached)
             info_all.update(stage.apply(cfg, sources, path, info))
             accuracy = stage.policy_accuracy(info or {})
             if accuracy is not None:  # the last stage that trained the policy: where the RL loop starts
-                info_all.update({"warm_start/accuracy": accuracy, "warm_start/stage": stage.label})
+                info_all.update({"warm_start/accuracy": accuracy, "warm_start/stage": stage.label,
+                                 "warm_start/skipped": bool((info or {}).get(f"{stage.name}/skipped"))})
         for role in self.temporary:
             if role in self.pools:
                 self.pools.pop(role).shutdown()
         return self.pools, info_all
+
+    async def _fresh(self, stage, path, sources) -> dict:
+        """Train a stage that is not cached, on the pools it borrows."""
+        ctx = await self._borrow(stage.borrows, sources)
+        return await stage.train(ctx, path, sources)
 
     async def _borrow(self, roles: tuple[str, ...], sources) -> RunContext:
         """Pools for a stage: the recipe's own where it has those roles (they keep the warm weights
@@ -66,10 +79,12 @@ class StageDriver:
                                  f"roles nor its stage_roles() declare")
             if "policy_learner" not in self.pools:  # a clear shortage message, not actors that never start
                 cluster.check_resources(cfg, run.role_specs(sources), self.local)
+            t0 = time.perf_counter()
             self.pools.update(build_pools({r: mine.get(r, stand_ins.get(r)) for r in missing}, cfg))
             self.temporary |= {r for r in missing if r not in mine}
             await ready(self.pools)
             await run.report_placement(self.pools)
+            self.starting_s += time.perf_counter() - t0
         ctx = run.ctx = RunContext(config=cfg, run_dir=run.run_dir, prompts=self.prompts,
                                    sampler=PromptSampler(self.prompts.train, cfg.seed), pools=dict(self.pools),
                                    metrics=None, progress=run.progress, run=run)

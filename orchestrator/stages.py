@@ -7,9 +7,12 @@ path only, like the built-in recipes: the control plane never imports them until
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 from actors.registry import LazyRegistry
+from orchestrator.progress import estimate
 
 STAGES = LazyRegistry("stage")
 BUILT_IN = {
@@ -32,12 +35,72 @@ class Stopped(Exception):
         self.signame = signame
 
 
+def stopped_in_stage(signame: str, what: str, where: str = "") -> Stopped:
+    return Stopped(signame, f"stopped by {signame} during the {what}{where}: the warm-up stages that finished "
+                            "before it are cached, this one starts over; the same command goes on from there "
+                            "(reusing an --output-dir)")
+
+
 def stop_if_requested(ctx, what: str, step: int) -> None:
     """Between a stage's blocks: end the run on SIGINT/SIGTERM (a stage has no checkpoint)."""
     if ctx.stop_requested:
         ctx.progress.stop()
-        raise Stopped(ctx.stop_requested, f"stopped by {ctx.stop_requested} during the {what}, at step {step}; "
-                      "nothing was saved; the same command starts it again (reusing an --output-dir)")
+        raise stopped_in_stage(ctx.stop_requested, what, f", at step {step}")
+
+
+async def until_stopped(run, work, what: str, message: str | None = None):
+    """Await `work` (a stage) unless a stop is requested first (SIGINT, or SIGTERM from `ray job
+    stop`): then it is cancelled at once, wherever it waits (a block of learner steps, sampling, a
+    nested run), and Stopped is raised, so a stage never holds a stop for more than a moment."""
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(run.stopping().wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this wait itself cancelled (an outer stage's stop): the work goes with it
+        task.cancel()
+        raise
+    finally:
+        stop.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task}, timeout=5.0)  # let it unwind (its Ray calls are only awaited, never blocked on)
+    run.progress.stop()
+    if message is not None:
+        raise Stopped(run._pending_stop, f"stopped by {run._pending_stop} during the {what}: {message}")
+    where = f", at step {run.stage_step[0]} of {run.stage_step[1]}" if run.stage_step else ""
+    raise stopped_in_stage(run._pending_stop, what, where)
+
+
+class StageProgress:
+    """A stage's budget, said when it starts, and its progress with an estimate of what is left:
+    "about" for a fixed number of steps, the latest it ends for a stage that ends early at its
+    target (orchestrator.progress.estimate). The run's progress bar counts the steps; each update
+    is also a line in logs."""
+
+    def __init__(self, ctx, title: str, total: int, budget: str, early_stop: bool = False):
+        self.ctx, self.title, self.total, self.early_stop = ctx, title, total, early_stop
+        self.started = time.perf_counter()
+        ctx.progress.print(f"{title}: {budget}")
+        ctx.progress.start(title, total=total)
+        self._at(0)
+
+    def _at(self, step: int) -> None:
+        run = getattr(self.ctx, "run", None)
+        if run is not None:
+            run.stage_step = (step, self.total)
+
+    def update(self, step: int, info: str) -> None:
+        self._at(step)
+        left = estimate(time.perf_counter() - self.started, step, self.total, self.early_stop)
+        self.ctx.progress.update(step, f"{info}  [{left}]", force_line=True)
+
+    def done(self) -> float:
+        self.ctx.progress.stop()
+        run = getattr(self.ctx, "run", None)
+        if run is not None:
+            run.stage_step = None
+        return time.perf_counter() - self.started
 
 
 class Stage:

@@ -1,5 +1,23 @@
 """Recipes: small modules + YAML configs that compose roles into a training method.
 
-Registered by name in orchestrator.recipes (grpo, reward_model, cooper, prime); a user recipe is
-any `module:Class` subclassing `orchestrator.recipes.Recipe`.
+Each built-in recipe is registered here, once, by import path (its module is imported only when a
+run asks for it); orchestrator.recipes.RECIPES imports this package on its first lookup. A user
+recipe is any `module:Class` subclassing `orchestrator.recipes.Recipe`.
 """
+
+from orchestrator.recipes import RECIPES
+
+BUILT_IN = {
+    "grpo": "pipelines.grpo:GRPO",
+    "reward_model": "pipelines.reward_model:RewardModelTraining",
+    "cooper": "pipelines.cooper:Cooper",
+    "prime": "pipelines.prime:Prime",
+    "ppo": "pipelines.ppo:PPO",
+    "dph": "pipelines.dph:DPH",
+    "spark": "pipelines.spark:Spark",
+    "spc": "pipelines.spc:SPC",
+    "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
+    "laser": "pipelines.laser:Laser",
+}
+for _name, _path in BUILT_IN.items():
+    RECIPES.register(_name)(_path)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +29,7 @@ import ray
 from pydantic import Field, field_validator
 
 from actors import batch as B
+from orchestrator.batch_source import BatchSource, PairPiece
 from orchestrator.config import Section, registered
 from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.recipes import Sources
@@ -71,13 +71,6 @@ class IterationsConfig(Section):
         return registered(v, PREFERENCE_LOSSES)
 
 
-@dataclass
-class PairPiece:
-    table: ray.ObjectRef
-    samples: int
-    info: dict = field(default_factory=dict)
-
-
 def kendall_consistency(a: np.ndarray, b: np.ndarray) -> float:
     """Kendall's tau between two judgments of one group's responses, mapped to [0, 1] (1: same
     order). Pairs tied in either judgment do not count; no comparable pair gives 0.5."""
@@ -89,7 +82,7 @@ def kendall_consistency(a: np.ndarray, b: np.ndarray) -> float:
     return float((1 + np.mean(da[valid] * db[valid])) / 2)
 
 
-class IterationSource:
+class IterationSource(BatchSource):
     """Train batches of self-made preference pairs, iteration by iteration (see the module doc)."""
 
     def __init__(self, ctx, recipe, state: dict | None = None):
@@ -113,9 +106,6 @@ class IterationSource:
         if self.ctx.config.iterations.cream == "weight" and weights.sum() > 0:
             return rng.choice(self.pairs.num_rows, self.pairs.num_rows, replace=True, p=weights / weights.sum())
         return rng.permutation(self.pairs.num_rows)
-
-    def start(self) -> None:
-        pass
 
     async def take(self) -> list[PairPiece] | None:
         while not self.ctx.stop_requested:
@@ -255,12 +245,6 @@ class IterationSource:
         self.iteration_info["iter/chosen_refreshed"] = len(best)
 
     # ---- bookkeeping --------------------------------------------------------------------------------
-    def trained_batch(self) -> None:
-        pass
-
-    def interrupt(self) -> None:
-        pass
-
     def accounting(self) -> dict:
         return {**self.counts, "iter/index": self.iteration}
 
@@ -269,8 +253,6 @@ class IterationSource:
                 "counts": dict(self.counts), "iteration_info": self.iteration_info, "pieces": [],
                 "tables": {"pairs": self.pairs} if self.pairs is not None and self.phase == "train" else {}}
 
-    async def stop(self) -> None:
-        pass
 
 
 class SelfRewarding(GRPO):
@@ -294,6 +276,12 @@ class SelfRewarding(GRPO):
     def make_source(self, ctx, state):
         self.source = IterationSource(ctx, self, state)
         return self.source
+
+    def step_budget(self, config) -> tuple[int, bool]:
+        """Its iterations end the run: each trains at most `epochs` passes over `prompts` pairs in
+        steps of `batch_pairs` (fewer where pairs are skipped)."""
+        it = config.iterations
+        return min(config.train.max_steps, it.iterations * it.epochs * -(-it.prompts // it.batch_pairs)), True
 
     async def score_piece(self, ctx, table):  # pairs are built by the source, not scored per piece
         return table, {}

@@ -134,6 +134,9 @@ def render() -> str:
              "A run's config is a YAML file (`coevo run path.yaml`, or a recipe name) plus dotted overrides "
              "(`coevo run grpo_addition train.max_steps=50`). Every key is checked: an unknown key is an "
              "error that lists the accepted keys, a value out of bounds names the key and the value.", "",
+             "A YAML file may state only how it differs from another: `base: NAME` (a recipe in pipelines/) or "
+             "`base: other.yaml` (beside it). Sections merge key by key at any depth; a list or a value replaces "
+             "the base's (`pipelines/dapo.yaml` is grpo_addition plus DAPO's settings).", "",
              "The sections below every run has. A recipe and its stages add their own sections "
              "(`Recipe.settings`, `Stage.settings`; see [extending](extending.md)); a config is checked "
              "against its recipe's sections, so a section another recipe owns is an error naming its owner.", "",

@@ -379,8 +379,8 @@ def test_unknown_policy_loss_lists_registered_names():
 @pytest.fixture
 def scratch_registries(monkeypatch):
     """Registrations made in a test are undone afterwards."""
-    monkeypatch.setattr(ADVANTAGES, "_items", dict(ADVANTAGES._items))
-    monkeypatch.setattr(POLICY_LOSSES, "_items", dict(POLICY_LOSSES._items))
+    monkeypatch.setattr(ADVANTAGES, "_items", ADVANTAGES.snapshot())
+    monkeypatch.setattr(POLICY_LOSSES, "_items", POLICY_LOSSES.snapshot())
 
 
 def test_user_can_register_estimator(scratch_registries):

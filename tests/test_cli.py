@@ -119,6 +119,8 @@ def test_help(coevo) -> None:
     assert "overrides" in proc.stdout.lower()
     assert "key=value" in proc.stdout  # how an override looks
     assert "--resume" in proc.stdout and "--output-dir" in proc.stdout
+    # the default job's estimator is PSR, not plain GRPO
+    assert "then PSR (GRPO's positive half" in " ".join(proc.stdout.split()) and "then GRPO." not in proc.stdout
 
 
 def test_unknown_key_lists_accepted_keys(cli) -> None:
@@ -164,6 +166,22 @@ def test_missing_reward_function_in_cwd_module(cli, tmp_path) -> None:
     assert "cannot import" not in err  # the module itself imported from the cwd
 
 
+@pytest.mark.parametrize("source, line, what", [
+    ("def score(prompt, response, answer, **_):\n    return 1.0 +\n", 2, "SyntaxError: invalid syntax"),
+    ("import os\nLIMIT = int(os.environ['NO_SUCH_VARIABLE_XYZ'])\n", 2, "KeyError: 'NO_SUCH_VARIABLE_XYZ'"),
+    ("import no_such_dependency_xyz\n", 1, "No module named 'no_such_dependency_xyz'"),
+])
+def test_a_reward_module_that_fails_to_import_is_named_with_its_line(cli, tmp_path, source, line, what) -> None:
+    """A module that exists but fails at import (it does not compile, its top level raises, a module
+    it imports is missing) gets the same one-line rc-2 error as a missing one, naming file and line."""
+    module = f"broken_rewards_{line}_{abs(hash(what)) % 10_000}"
+    (tmp_path / f"{module}.py").write_text(source)
+    proc = cli("run", f"rewards=[{{name: mine, fn: '{module}:score'}}]")
+    err = _assert_config_error(proc)
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"rewards[mine].fn" in err and f"{tmp_path / module}.py, line {line}" in err and what in err, err
+
+
 def test_resume_needs_output_dir(coevo) -> None:
     err = _assert_config_error(coevo("run", "--resume"))
     assert "--output-dir" in err
@@ -177,14 +195,25 @@ def test_version(coevo) -> None:
 
 
 def test_help_lists_every_recipe_with_a_line() -> None:
+    """Each shipped file says what it does and what a first run costs, and `coevo run --help` shows both."""
     from orchestrator.cli import _parser
-    from orchestrator.config import PIPELINES_DIR
-    from orchestrator.recipe_list import RECIPE_LINES
+    from orchestrator.recipe_list import shipped
 
-    assert sorted(RECIPE_LINES) == sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))
-    run_help = _parser()._subparsers._group_actions[0].choices["run"].format_help()
-    for name, line in RECIPE_LINES.items():
-        assert f"{name}  " in run_help and line in run_help
+    recipes = shipped()
+    run_help = " ".join(_parser()._subparsers._group_actions[0].choices["run"].format_help().split())
+    for name, about in recipes.items():
+        assert about.get("summary") and about.get("first_run"), f"pipelines/{name}.yaml lacks '# summary:' or '# first run:'"
+        assert f"{name} {about['summary']}" in run_help and f"first run: {about['first_run']}" in run_help
+
+
+def test_a_new_config_file_is_listed_from_its_own_lines(tmp_path, monkeypatch) -> None:
+    from orchestrator import recipe_list
+
+    (tmp_path / "mine.yaml").write_text("# summary: my own variant\n# first run: nothing new\nseed: 1\n")
+    (tmp_path / "grpo_addition.yaml").write_text("seed: 0\n")
+    monkeypatch.setattr(recipe_list, "PIPELINES_DIR", tmp_path)
+    assert recipe_list.shipped() == {"grpo_addition": {}, "mine": {"summary": "my own variant", "first_run": "nothing new"}}
+    assert " ".join(recipe_list.recipes_help().split()).endswith("mine my own variant first run: nothing new")
 
 
 def test_help_examples_are_accepted() -> None:
@@ -231,6 +260,19 @@ def test_rerunning_a_saved_config_starts_a_new_run(coevo, tmp_path) -> None:
     assert [p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()] == ["grpo"]
 
 
+def test_an_output_dir_holding_a_users_files_is_refused_untouched(cli, tmp_path) -> None:
+    """The user's own config.yaml in the directory they name (also as the config): refused with rc 2,
+    naming what is there, before Ray; the file is byte for byte the same."""
+    mine = tmp_path / "exp1"
+    mine.mkdir()
+    text = "# my experiment\nrecipe: grpo\ntrain: {max_steps: 7}\n"
+    (mine / "config.yaml").write_text(text)
+    for args in (["--output-dir", str(mine)], [str(mine / "config.yaml"), "--output-dir", str(mine)]):
+        err = _assert_config_error(cli("run", *args))
+        assert "not a coevo run directory" in err and "config.yaml" in err and str(mine) in err
+        assert (mine / "config.yaml").read_text() == text and [p.name for p in mine.iterdir()] == ["config.yaml"]
+
+
 def test_hub_id_model_path_stops_before_ray(cli) -> None:
     err = _assert_config_error(cli("run", "model.path=Qwen/Qwen2.5-0.5B"))
     assert "does not fetch" in err and "download the model to a directory first" in err
@@ -265,11 +307,46 @@ def test_the_final_line_puts_the_warm_start_beside_the_end() -> None:
     assert held_out_text({}) == "no evaluation"
 
 
-def test_subtraction_jsonl_recipe_finds_its_reward_module(guard_dir) -> None:
-    """`coevo run subtraction_jsonl` from the repository root, as the recipe table says, with no
-    PYTHONPATH: every plug-in imports, so it gets as far as starting Ray (the guard's exit 99)."""
+@pytest.mark.parametrize("recipe", ["subtraction_jsonl", "code_tasks"])
+def test_recipes_with_data_files_find_them_from_any_directory(guard_dir, tmp_path, recipe) -> None:
+    """`coevo run subtraction_jsonl` / `code_tasks` from a directory other than the repository root,
+    with no PYTHONPATH: the data beside the recipe and the reward module load, so it gets as far as
+    starting Ray (the guard's exit 99)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONPATH=str(guard_dir), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HF_HUB_OFFLINE="1")
-    proc = subprocess.run([*_coevo(), "run", "subtraction_jsonl", "--output-dir", str(guard_dir / "sub")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*_coevo(), "run", recipe, "--output-dir", str(tmp_path / "run")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 99 and "TEST GUARD" in proc.stderr, proc.stderr
+    import yaml  # the saved config names the data by its absolute path: it reruns from anywhere
+
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert Path(saved["data"]["path"]).is_absolute() and Path(saved["data"]["path"]).is_file()
+
+
+def test_a_relative_path_in_a_yaml_file_is_looked_up_beside_it_then_in_the_cwd(cli, tmp_path) -> None:
+    from orchestrator.config import load_config
+
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "rows.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    (tmp_path / "cwd_rows.jsonl").write_text('{"prompt": "1+2=", "answer": "3"}\n')
+    (tmp_path / "exp" / "a.yaml").write_text("data: {task: null, path: rows.jsonl, eval_path: cwd_rows.jsonl}\n")
+    config = load_config(str(tmp_path / "exp" / "a.yaml"))  # the cwd is tmp_path (the cli fixture)
+    assert config.data.path == str(tmp_path / "exp" / "rows.jsonl")  # beside the file
+    assert config.data.eval_path == "cwd_rows.jsonl"  # not beside it: the working directory's, as before
+    assert load_config(str(tmp_path / "exp" / "a.yaml"), ["data.path=rows.jsonl"]).data.path == "rows.jsonl"
+
+
+def test_the_printout_names_each_saved_models_loader(tmp_path) -> None:
+    """From each model's own config.json: ppo's critic is a causal LM body plus its value head, not
+    `from_pretrained.from_pretrained`; a reward model is a sequence classifier."""
+    from orchestrator.cli import loader_text
+
+    for name, arch in (("critic", "Qwen2ForCausalLM"), ("rm_learner", "LlamaForSequenceClassification"),
+                       ("odd", "SomethingElse")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(f'{{"architectures": ["{arch}"]}}')
+    (tmp_path / "critic" / "value_head.pt").write_bytes(b"")
+    critic = loader_text(tmp_path / "critic")
+    assert critic.startswith("AutoModelForCausalLM.from_pretrained") and "value_head.pt" in critic
+    assert loader_text(tmp_path / "rm_learner") == "AutoModelForSequenceClassification.from_pretrained"
+    assert loader_text(tmp_path / "odd") == "AutoModel.from_pretrained"

@@ -291,6 +291,8 @@ def test_the_auto_reward_model_warmup_keeps_verifiers_and_drops_aggregation_nami
     sub = warmup_config(cfg)
     assert sub.recipe == "reward_model" and [r.name for r in sub.rewards] == ["correct", "format"]
     assert sub.aggregate == {} and sub.train.max_steps == cfg.reward_model.warmup_steps
+    # held-out pair accuracy once, at the end: the only one the cache keeps (each cost a quarter of it)
+    assert sub.train.eval_every == sub.train.max_steps
 
 
 def test_ctrl_c_while_ray_stops_keeps_a_finished_run(monkeypatch, tmp_path) -> None:

@@ -11,7 +11,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-import yaml
 from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +117,37 @@ def test_readme_keeps_the_commands_ci_runs() -> None:
 def test_readme_recipe_table_names_every_recipe_file_and_its_recipe() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| (?:\(default\) )?`([a-z_]+)` \| `([a-z_]+)` \|", readme, re.M))
-    files = {p.stem: yaml.safe_load(p.read_text(encoding="utf-8"))["recipe"]
-             for p in (ROOT / "pipelines").glob("*.yaml")}
+    from orchestrator.config import read_config_file  # a file may name its recipe through its base
+
+    files = {p.stem: read_config_file(p).get("recipe", "grpo") for p in (ROOT / "pipelines").glob("*.yaml")}
     assert rows == files
+
+
+def test_recipes_page_counts_and_names_every_recipe() -> None:
+    """docs/recipes.md: its count of shipped files, its list of recipe classes and its table of where
+    each file is described agree with pipelines/ and the recipe registry."""
+    from pipelines import BUILT_IN
+
+    page = (ROOT / "docs" / "recipes.md").read_text(encoding="utf-8")
+    files = sorted(p.stem for p in (ROOT / "pipelines").glob("*.yaml"))
+    assert f"table of the {len(files)} shipped files" in page
+    classes = re.search(r"names the recipe class \(([^)]*)\)", page.replace("\n", " ")).group(1)
+    assert sorted(re.findall(r"`([a-z_]+)`", classes)) == sorted(BUILT_IN)
+    table = page.split("## Where each recipe is described", 1)[1].split("\n## ", 1)[0]
+    described = {name for row in table.splitlines() if row.startswith("| `")
+                 for name in re.findall(r"`([a-z_]+)`", row.split(" | ")[0])}
+    assert sorted(described) == files
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/recipes.md"])
+def test_the_recipe_tables_say_what_a_first_run_costs(page) -> None:
+    """Each shipped file's row names the warm-ups a first run pays for, as `coevo run --help` does."""
+    from orchestrator.recipe_list import shipped
+
+    FIRST_RUN = {name: about["first_run"] for name, about in shipped().items()}
+
+    text = (ROOT / page).read_text(encoding="utf-8")
+    rows = {m.group(1): line for line in text.splitlines()
+            if (m := re.match(r"^\| (?:\(default\) )?`([a-z_]+)` \|", line)) and "SFT warm-up" in line}
+    assert sorted(rows) == sorted(FIRST_RUN)
+    assert all(f"| {FIRST_RUN[name]} |" in line for name, line in rows.items())

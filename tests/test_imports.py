@@ -37,9 +37,10 @@ def imports(path: Path, modules: set[str]) -> set[str]:
         for name in names:
             while name and name not in modules:  # a.b.func -> a.b
                 name = name.rpartition(".")[0]
-            # `a.b` importing its own package `a` is no circle: importing a.b runs a/__init__ first
-            # anyway (a package that registers its submodules' plug-ins, e.g. actors.rewards)
-            if name and name != me and not me.startswith(name + "."):
+            # `a.b` importing its own package `a` counts: a package whose __init__ imported its plug-ins
+            # (which import it back for its registry) would be a circle (a registry imports its
+            # built-ins on first lookup instead: actors.registry.Registry's plugins)
+            if name and name != me:
                 found.add(name)
     return found
 
@@ -157,3 +158,34 @@ def test_the_section_check_sees_a_read(tmp_path: Path) -> None:
                                    "    return config.algorithm.lr + model.config.hidden_size + config.seed\n")
     assert sorted(section_reads(tmp_path / "m.py", {"ppo", "prime", "laser"})) == [
         "m.py:2: lrn.config.ppo", "m.py:3: getattr(lrn.config, 'prime', None)", "m.py:4: config.laser"]
+
+
+def recipe_name_lists(path: Path, names: set[str]) -> list[str]:
+    """Literal collections (a dict's keys, a list, tuple or set) in `path` that name two or more recipes."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else []
+        named = [i.value for i in items if isinstance(i, ast.Constant) and i.value in names]
+        if len(named) >= 2:
+            found.append(f"{path.name}:{node.lineno}: {', '.join(named)}")
+    return found
+
+
+def recipe_names() -> set[str]:
+    from pipelines import BUILT_IN
+
+    return set(BUILT_IN) | {p.stem for p in (ROOT / "pipelines").glob("*.yaml")}
+
+
+def test_no_list_of_recipe_names_outside_pipelines() -> None:
+    """Recipes register themselves in pipelines/; the control plane and the actors list none (a new
+    recipe is one file in pipelines/, never an edit elsewhere)."""
+    names = recipe_names()
+    assert {"grpo", "ppo", "grpo_addition", "dapo"} <= names
+    files = [p for pkg in ("actors", "orchestrator") for p in (ROOT / pkg).rglob("*.py")]
+    assert [hit for p in files for hit in recipe_name_lists(p, names)] == []
+
+
+def test_the_recipe_list_check_sees_a_list(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("A = {'grpo': 1, 'ppo': 2}\nB = ('grpo', 'x')\nC = ['spark', 'laser']\n")
+    assert recipe_name_lists(tmp_path / "m.py", {"grpo", "ppo", "spark", "laser"}) == ["m.py:1: grpo, ppo", "m.py:3: spark, laser"]

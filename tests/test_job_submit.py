@@ -106,7 +106,10 @@ def test_coevo_run_as_ray_job_stopped_and_resumed_by_a_new_job(ray_cluster, tmp_
         assert time.monotonic() < deadline, status + job(env, url, "logs", job_id, check=False).stdout[-4000:]
         time.sleep(0.5)
     logs = job(env, url, "logs", job_id).stdout
-    assert "SIGTERM: stopping after this step" in logs and f"resume with:  coevo run --resume --output-dir {run_dir}" in logs
+    assert "SIGTERM: stopping" in logs
+    # inside a job, the hint is the job to submit again (at this cluster's dashboard), not a bare command
+    assert (f"resume with:  ray job submit --address {url} --working-dir . -- coevo run --resume --output-dir "
+            f"{run_dir}") in logs, logs[-3000:]
     steps = len((run_dir / "metrics.jsonl").read_text().splitlines())
     assert (run_dir / "checkpoints" / f"step_{steps}" / "loop_state.json").is_file()
 

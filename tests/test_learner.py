@@ -170,7 +170,7 @@ def test_nan_behaviour_logprob_skips_step(config, scored):
 
 
 def test_nan_policy_loss_skips_step(monkeypatch, config, scored):
-    monkeypatch.setattr(POLICY_LOSSES, "_items", dict(POLICY_LOSSES._items))
+    monkeypatch.setattr(POLICY_LOSSES, "_items", POLICY_LOSSES.snapshot())
 
     @POLICY_LOSSES.register("nan_loss")
     def nan_loss(logprobs, old_logprobs, advantages, clip_eps=0.2):
@@ -187,7 +187,7 @@ def test_nan_policy_loss_skips_step(monkeypatch, config, scored):
 
 
 def test_user_advantage_estimator_is_used(monkeypatch, config, scored):
-    monkeypatch.setattr(ADVANTAGES, "_items", dict(ADVANTAGES._items))
+    monkeypatch.setattr(ADVANTAGES, "_items", ADVANTAGES.snapshot())
     ADVANTAGES.register("zero")(lambda rewards, groups: torch.zeros_like(rewards))
     learner = Learner(config)
     before = weights(learner.model)

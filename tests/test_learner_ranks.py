@@ -23,14 +23,15 @@ TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 2, "num_heads": 2, "nu
         "intermediate_size": 64}
 
 
-def config_dict(strategy: str, packing: str = "off", **algorithm) -> dict:
+def config_dict(strategy: str, packing: str = "off", lora: bool = False, **algorithm) -> dict:
     return {"seed": 0, "model": {"tiny": TINY},
             "rollout": {"prompts_per_step": 6, "samples_per_prompt": 4, "max_new_tokens": 6},
             "algorithm": {"lr": 1e-2, "mini_batches": 2, "micro_batch_size": 3, "kl_coef": 0.05,
                           "off_policy": "decoupled_ppo", "grad_clip": 0.5,
                           # packed: micro-batches of ~3 rows by tokens (prompts of 4-5, responses up to 6)
                           **({"micro_batch_tokens": 30} if packing == "on" else {}), **algorithm},
-            "learner": {"strategy": strategy, "packing": packing}, "train": {"threads": 1}}
+            "learner": {"strategy": strategy, "packing": packing, **({"lora": {"r": 4}} if lora else {})},
+            "train": {"threads": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +95,16 @@ def runs(batch, tmp_path_factory) -> dict:
     """name -> rank 0's result. `one`: 3 steps at 1 rank (the strategy does nothing at 1 rank);
     `ddp`, `fsdp2`: 3 steps at 2 ranks; `fsdp2_2to1`: 2 steps at 2 ranks, saved, 1 more at 1 rank;
     `ddp_1to2`: 2 steps at 1 rank, saved, 1 more at 2 ranks; `ddp_packed`, `fsdp2_packed`: 3 steps at 2
-    ranks with packed, token-budgeted micro-batches (actors.packing)."""
+    ranks with packed, token-budgeted micro-batches (actors.packing); `lora_one`, `lora_ddp`: LoRA adapters
+    (learner.lora), 3 steps at 1 and at 2 ranks."""
     tmp = tmp_path_factory.mktemp("rank-runs")
     plan = [("one", 1, "ddp", 3, None, None), ("ddp", 2, "ddp", 3, None, None), ("fsdp2", 2, "fsdp2", 3, None, None),
             ("fsdp2_save", 2, "fsdp2", 2, "a", None), ("fsdp2_2to1", 1, "fsdp2", 1, None, "a"),
             ("ddp_save", 1, "ddp", 2, "b", None), ("ddp_1to2", 2, "ddp", 1, None, "b"),
-            ("ddp_packed", 2, "ddp", 3, None, None), ("fsdp2_packed", 2, "fsdp2", 3, None, None)]
-    scenarios = [{"world": world, "cfg": config_dict(strategy, packing="on" if name.endswith("packed") else "off"),
+            ("ddp_packed", 2, "ddp", 3, None, None), ("fsdp2_packed", 2, "fsdp2", 3, None, None),
+            ("lora_one", 1, "ddp", 3, None, None), ("lora_ddp", 2, "ddp", 3, None, None)]
+    scenarios = [{"world": world, "cfg": config_dict(strategy, packing="on" if name.endswith("packed") else "off",
+                                                     lora=name.startswith("lora")),
                   "table": batch, "port": free_port(), "out": str(tmp / f"{name}.pt"), "steps": steps,
                   "save": save and str(tmp / save), "resume": resume and str(tmp / resume)}
                  for name, world, strategy, steps, save, resume in plan]
@@ -137,6 +141,12 @@ def test_two_ranks_equal_one_rank(strategy, runs) -> None:
 def test_two_ranks_packed_equal_one_rank_padded(strategy, runs) -> None:
     """Packed, token-budgeted micro-batches at 2 ranks: the same updates as padded ones at 1 rank."""
     assert_same(runs["one"], runs[f"{strategy}_packed"])
+
+
+def test_lora_at_two_ranks_equals_one_rank(runs) -> None:
+    """ddp ranks average the adapters' gradients: the same merged weights as one rank (learner.lora)."""
+    assert runs["lora_one"]["metrics"][-1]["train/kl"] > 0  # the base (adapters off) is the reference
+    assert_same(runs["lora_one"], runs["lora_ddp"])
 
 
 def test_shards_are_whole_groups_and_cover_every_row() -> None:

@@ -4,10 +4,12 @@ the steps after it, and finishes with every sample trained exactly once (train.l
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import threading
+import time
 import uuid
 
 import pytest
@@ -23,7 +25,10 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
     steps = 9
     proc = start(small(warm_cache, f"train.max_steps={steps}", f"train.eval_every={steps}", "train.checkpoint_every=4",
                        "train.dump_rollouts=true", "--output-dir", str(run_dir)), {**ray_env, MARK: mark}, tmp_path)
-    killed = []
+    killed, others = [], []  # the steps killed at; the other roles' processes before each kill and at the end
+
+    def survivors():
+        return {cls: sorted(actor_pids(mark, cls)) for cls in ("Generator", "Verifier")}
 
     def killer():
         # first before any checkpoint (step 2), then after step_4's (step 6)
@@ -35,17 +40,34 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
                 return
             os.kill(pids[0], signal.SIGKILL)
             killed.append(steps_logged(run_dir))
+            others.append(survivors())  # after the kill (a scan takes a while): these do not die with it
+        while proc.poll() is None and steps_logged(run_dir) < steps - 1:  # trained again after the restart
+            threading.Event().wait(0.05)
+        others.append(survivors())
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
+    started = time.monotonic()
     out = finish(proc, 500)
+    wall = time.monotonic() - started
     thread.join(timeout=5)
     assert proc.returncode == 0, out[-6000:]
     assert len(killed) == 2, (killed, out[-4000:])
     assert "has died" in out and ".. The run" not in out  # the exit detail ends the sentence once
+    keep = r"the learner roles start again, generator, verifier keep running"
     assert re.search(r"restarting the run from the first step \(no checkpoint yet\): steps 1-\d+ are redone; "
-                     r"1 more restart\(s\) allowed", out), out[-4000:]
+                     rf"{keep}; 1 more restart\(s\) allowed", out), [l for l in out.splitlines() if "restart" in l]
     assert re.search(r"restarting the run from its newest checkpoint, step_4: steps 5-\d+ are redone; "
-                     r"0 more restart\(s\) allowed", out), out[-4000:]
+                     rf"{keep}; 0 more restart\(s\) allowed", out), out[-4000:]
+    # only the learner restarted: the generator and verifier are the same processes throughout
+    assert len(others) == 3 and all(o["Generator"] and o["Verifier"] for o in others), others
+    assert others[0] == others[1] == others[2], others
     check_no_loss(run_dir, steps)  # one metrics row per step, each sample trained on once
     assert read_metrics(run_dir)[-1]["version"] == steps
+    # the summary and the last line count the whole command: its wall time, both restarts
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["restarts"] == 2 and [r["from_step"] for r in summary["restart_history"]] == [0, 4]
+    assert summary["time/wall_s"] > wall - 30 and summary["time/restart_s"] > 0, (summary, wall)
+    redone = summary["steps_redone"]
+    assert redone == sum(r["at_step"] - r["from_step"] for r in summary["restart_history"]) > 0
+    assert f"{steps} steps in {summary['time/wall_s']:.1f}s, after 2 learner restarts ({redone} steps redone)" in out

@@ -116,3 +116,22 @@ def test_generate_and_train_on_gpu():
         verifier.close()
     assert next(learner.model.parameters()).is_cuda
     assert metrics["samples/count"] == 2 * config.rollout.samples_per_prompt
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_saved_model_has_the_mode_of_its_neighbours(tmp_path, umask):
+    """safetensors writes model.safetensors 0600: a learner's save gives every file the umask's mode,
+    so a model shared with a group (umask 022) is readable like its config.json beside it."""
+    import os
+
+    from actors.learner import Learner
+
+    config = validate_config({"model": SMALL, "train": {"threads": 1}})
+    old = os.umask(umask)
+    try:
+        Learner(config).save(str(tmp_path / "saved"))
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path / "saved").as_posix(): oct(p.stat().st_mode & 0o777)
+             for p in (tmp_path / "saved").rglob("*") if p.is_file()}
+    assert "model.safetensors" in modes and set(modes.values()) == {oct(0o666 & ~umask)}, modes

@@ -141,3 +141,20 @@ def test_coevo_status_names_an_address_where_no_cluster_answers(tmp_path) -> Non
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 3
     assert f"no Ray cluster at --address '127.0.0.1:{port}': cannot connect to 127.0.0.1:{port}" in proc.stderr
+
+
+def test_coevo_status_given_the_dashboard_address_reads_the_gcs_at_its_host(tmp_path) -> None:
+    """`--address http://HOST:8265` (what `ray job submit` takes) is not refused with Ray's RAY_ADDRESS
+    advice: it says what it reads instead, the GCS at HOST:6379, and names that when nothing answers."""
+    import subprocess
+    import sys
+
+    from orchestrator.status_cli import gcs_of_dashboard
+
+    assert gcs_of_dashboard("http://10.0.0.5:8265") == "10.0.0.5:6379"
+    assert gcs_of_dashboard("https://head.example:443/") == "head.example:6379"
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "--address", "http://nohost.invalid:8265"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 3 and "RAY_ADDRESS" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "http://nohost.invalid:8265 is the dashboard's (job submission) address" in proc.stderr
+    assert "no Ray cluster at --address 'nohost.invalid:6379': cannot connect" in proc.stderr

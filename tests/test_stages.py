@@ -86,7 +86,7 @@ def test_stages_run_in_order_and_a_new_run_goes_on_from_the_unfinished_one(tmp_p
     assert sources.policy == str(tmp_path / "cache" / "second-from-first-from-base")  # each feeds the next
     # the warm start is the last stage's accuracy, a cache hit or not
     assert info == {"first/accuracy_after": 0.5, "second/accuracy_after": 0.6, "warm_start/accuracy": 0.6,
-                    "warm_start/stage": "counting stage"} and pools == {}
+                    "warm_start/stage": "counting stage", "warm_start/skipped": False} and pools == {}
 
 
 def test_a_stage_that_needs_roles_nobody_declares_says_which(tmp_path) -> None:
@@ -107,3 +107,38 @@ def test_a_stage_that_needs_roles_nobody_declares_says_which(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"recipe 'grpo': a stage needs the roles \['generator', 'verifier', "
                                          r"'policy_learner'\], which neither its roles nor its stage_roles"):
         asyncio.run(StageDriver(run, None, True)._borrow(stage.borrows, Sources()))
+
+
+def test_a_stop_cancels_a_stage_where_it_waits(tmp_path) -> None:
+    """SIGTERM (`ray job stop`) or Ctrl-C during a stage: the stage is cancelled at once, wherever it
+    waits (here a 60 s call), not at its next block; Stopped names the stage and its step."""
+    import time
+
+    from orchestrator.stages import Stopped, until_stopped
+
+    run = Run(load_config(None, [f"warmup.cache_dir={tmp_path}"]), tmp_path / "run", resume=False)
+    cancelled = []
+
+    async def stage():
+        run.stage_step = (40, 3000)
+        try:
+            await asyncio.sleep(60)  # a block of learner steps
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def main():
+        asyncio.get_running_loop().call_later(0.2, run.request_stop, "SIGTERM")
+        return await until_stopped(run, stage(), "SFT warm-up")
+
+    started = time.monotonic()
+    with pytest.raises(Stopped) as e:
+        asyncio.run(main())
+    assert time.monotonic() - started < 5 and cancelled == [True]
+    assert e.value.signame == "SIGTERM" and "during the SFT warm-up, at step 40 of 3000" in str(e.value)
+
+    async def done_first():  # a stage that finishes is not disturbed
+        return await until_stopped(run, asyncio.sleep(0, result={"ok": 1}), "stage", message="unused")
+
+    run._pending_stop, run._stop_event = None, None
+    assert asyncio.run(done_first()) == {"ok": 1}

@@ -102,3 +102,16 @@ def test_restart_counts_are_read_from_the_gcs_at_most_as_often_as_asked(monkeypa
     assert roles._job_restarts() == {"a1": 2}  # asked fresh (evaluated steps, tests, the last step)
     clock[0] += 1.0
     assert roles._job_restarts(1.0) == {"a1": 3}
+
+
+def test_the_plot_starts_held_out_accuracy_at_the_warm_start(tmp_path):
+    """The last line compares the end with the warm start: the plot shows that point too, at step 0."""
+    sink = M.MetricsSink(tmp_path, ray_metrics=False)
+    for row in rows(4):
+        sink.log(row)
+    assert sink.series(0.42)["eval/accuracy"] == [(0, 0.42), (2, 0.52), (4, 0.54)]
+    assert sink.series()["eval/accuracy"] == [(2, 0.52), (4, 0.54)]  # no stage measured one
+    assert sink.series(0.42)["reward/mean"][0] == (1, 0.1)
+    (path,) = sink.plot(0.42)
+    assert path.stat().st_size > 1000
+    sink.close()

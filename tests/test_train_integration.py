@@ -22,6 +22,7 @@ def test_grpo_run_writes_run_dir_and_resumes(ray_env, warm_cache, tmp_path) -> N
     progress bars or escape codes, and no Ray token-auth warning when RAY_AUTH_MODE is left unset."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
+    (run_dir / "coevo_run.json").write_text("{}\n")  # coevo made it
     (run_dir / "config.yaml").write_text("recipe: grpo\n")
     (run_dir / "metrics.jsonl").write_text('{"step": 99}\n')
     env = {k: v for k, v in ray_env.items() if k != "RAY_AUTH_MODE"}
@@ -51,6 +52,11 @@ def test_grpo_run_writes_run_dir_and_resumes(ray_env, warm_cache, tmp_path) -> N
     assert all(p.stat().st_size > 1000 for p in (run_dir / "plots").glob("*.png"))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["samples/lost"] == 0
+    # the last line says where the wall time went; the phases add up to it
+    phases = sum(summary[f"time/{p}_s"] for p in ("ray_start", "warmup", "actors", "train", "finish", "restart"))
+    assert summary["time/wall_s"] - 1.0 < phases <= summary["time/wall_s"] + 1e-6, summary
+    assert summary["restarts"] == 0 and summary["resumed_from"] is None and summary["first_step"] == 1
+    assert f"done: 6 steps in {summary['time/wall_s']:.1f}s (Ray " in out
     # the warm start (the SFT warm-up's greedy held-out accuracy) is printed beside the end's
     warm = summary["warm_start/accuracy"]
     assert warm == summary["warmup/accuracy"] and summary["warm_start/stage"] == "warm-up"
@@ -80,8 +86,47 @@ def test_grpo_run_writes_run_dir_and_resumes(ray_env, warm_cache, tmp_path) -> N
     assert resumed[6]["version"] == 7 and resumed[6]["time_s"] > rows[-1]["time_s"]
     assert resumed[6]["samples/consumed"] == 32 * 7 and resumed[-1]["samples/lost"] == 0
     assert json.loads((run_dir / "checkpoints" / "final" / "loop_state.json").read_text())["step"] == 8
-    assert json.loads((run_dir / "summary.json").read_text())["warm_start/accuracy"] == warm  # from the checkpoint
+    resumed_summary = json.loads((run_dir / "summary.json").read_text())
+    assert resumed_summary["warm_start/accuracy"] == warm  # from the checkpoint
     assert f"{warm:.3f} (warm start, after the warm-up) -> " in out
+    # this session's steps, not the earlier one's; no warm-up ran; both sessions kept
+    assert resumed_summary["first_step"] == 7 and resumed_summary["resumed_from"] == "final"
+    assert "done: steps 7-8, resumed from final, in " in out and "warm-up" not in out.split("done:")[1].split(";")[0]
+    assert [(s["first_step"], s["steps"], s["resumed_from"]) for s in resumed_summary["sessions"]] == \
+        [(1, 6, None), (7, 8, "final")]
+
+
+@pytest.mark.slow
+def test_a_users_model_is_measured_first_and_trained_only_below_its_target(ray_env, warm_cache, tmp_path) -> None:
+    """model.path at or above warmup.target_accuracy: the SFT warm-up measures it, says so and leaves
+    it as it is (RL starts from its own accuracy). Below the target it is fine-tuned, with a line that
+    says so and how not to."""
+    from orchestrator.config import load_config
+    from pipelines.stages.sft import MARKER, cache_path
+
+    warm = cache_path(load_config(None, small(warm_cache)))  # a model at the small task's target
+    if not (warm / MARKER).is_file():
+        coevo(small(warm_cache, "train.max_steps=1", "--output-dir", str(tmp_path / "fill")), ray_env, tmp_path)
+    accuracy = json.loads((warm / MARKER).read_text())["warmup/accuracy"]
+    run_dir, user_cache = tmp_path / "given", tmp_path / "user-cache"
+    out = coevo(small(warm_cache, f"model.path={warm}", f"warmup.target_accuracy={accuracy}",
+                      f"warmup.cache_dir={user_cache}", "train.max_steps=1", "--output-dir", str(run_dir)),
+                ray_env, tmp_path)
+    assert (f"warm-up (SFT): skipped: model.path={warm} has held-out greedy accuracy {accuracy:.3f} >= "
+            f"warmup.target_accuracy {accuracy}; RL starts from it as given") in out, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["warmup/steps"] == 0 and summary["warmup/skipped"] and summary["warm_start/skipped"]
+    assert summary["warm_start/accuracy"] == pytest.approx(accuracy)  # the same greedy evaluation: same number
+    assert f"{summary['warm_start/accuracy']:.3f} (warm start, the model as given: its warm-up was skipped" in out
+    assert "policy_learner/ " in out  # RL ran and saved
+
+    out = coevo(small(warm_cache, f"model.path={warm}", "warmup.target_accuracy=0.99", "warmup.max_steps=5",
+                      "warmup.eval_every=5", f"warmup.cache_dir={user_cache}", "train.max_steps=1",
+                      "--output-dir", str(tmp_path / "trained")), ray_env, tmp_path)
+    assert (f"warm-up (SFT): model.path={warm} has held-out greedy accuracy {accuracy:.3f} < warmup.target_accuracy "
+            "0.99: fine-tuning it on the task's reference answers before RL (warmup.enabled=false starts RL from "
+            "it as given)") in out, out[-3000:]
+    assert json.loads((tmp_path / "trained" / "summary.json").read_text())["warmup/steps"] == 5
 
 
 @pytest.mark.slow
@@ -128,6 +173,8 @@ def test_user_dataset_and_reward_function(ray_env, tmp_path) -> None:
                  "roles.generator.replicas=2", "roles.generator.num_cpus=0.5",
                  "--output-dir", str(run_dir)], ray_env, tmp_path)
     assert "run directory" in out
+    done = next(line for line in out.splitlines() if line.startswith("done:"))
+    assert "warm-up" not in done  # warmup.enabled=false: no warm-up time is claimed
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
 

@@ -163,3 +163,26 @@ def test_a_receiver_that_dies_mid_broadcast_fails_the_sender_not_at_the_timeout(
     threads[0].join()
     proc.join(timeout=30)
     assert "policy" not in sender.senders  # the broken group was dropped; the next publish forms a new one
+
+
+def test_a_replica_that_never_joins_costs_the_join_deadline_not_the_broadcast_timeout():
+    """World of 3, rank 2 never comes (its replica died before joining): the sender and the replica
+    that did join both fail within weights.join_timeout_s, naming the missing rank, and nothing is
+    installed; without the join barrier both wait in gloo's rendezvous for the 60 s timeout."""
+    import time
+
+    from actors.weight_transport import JoinTimeout
+
+    source, survivor = Net(seed=1), Net(seed=2)
+    before = {k: v.clone() for k, v in survivor.state_dict().items()}
+    sender = Endpoint()
+    link = Link("policy", "g1", "127.0.0.1", sender.open("policy", "g1", "127.0.0.1", 60.0), 3, "gloo", 60.0, 1e-3,
+                join_timeout_s=1.5)
+    threads, errors = _receive_all(link, [survivor], version=3)  # rank 1 joins; rank 2 never does
+    started = time.monotonic()
+    with pytest.raises(JoinTimeout, match=r"rank\(s\) \[2\] of 3 did not join within weights.join_timeout_s=1.5s"):
+        sender.send(link, source.state_dict(), 3)
+    threads[0].join(timeout=30)
+    assert time.monotonic() - started < 10
+    assert isinstance(errors[0], JoinTimeout) and "[2]" in str(errors[0])
+    assert all(torch.equal(v, before[k]) for k, v in survivor.state_dict().items())

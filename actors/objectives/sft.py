@@ -1,5 +1,6 @@
 """Supervised fine-tuning on reference answers (the SFT warm-up): token-mean cross-entropy of each
-prompt's answer + EOS, and the teacher-forced answer accuracy the warm-up watches."""
+prompt's answer (its worked `solution` where the data has one) + EOS (the chat template's end-of-turn
+token where one is in force), and the teacher-forced answer accuracy the warm-up watches."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ class SFT(Objective):
         tok, cache = self.learner.tokenizer, self._token_cache
         if len(cache) > 500_000:  # a huge SFT set: bound the memory, not the speed-up
             cache.clear()
-        n, eos = prompts.num_rows, tok.eos_token_id
+        n, eos = prompts.num_rows, self.learner.answer_end_id
         if self.learner.config.env.name is not None:
             seqs = self._demonstrations(prompts)
         else:
-            texts = prompts.column("prompt").to_pylist() + [str(a) for a in prompts.column("answer").to_pylist()]
+            target = "solution" if "solution" in prompts.schema.names else "answer"
+            texts = prompts.column("prompt").to_pylist() + [str(a) for a in prompts.column(target).to_pylist()]
             missing = list({t for t in texts if t not in cache})
             if missing:
                 cache.update(zip(missing, tok(missing, add_special_tokens=False)["input_ids"]))

@@ -6,7 +6,7 @@ A reward function scores one sample: `fn(prompt: str, response: str, **columns) 
 
 from actors.registry import Registry
 
-REWARD_FUNCTIONS = Registry("reward function")
+REWARD_FUNCTIONS = Registry("reward function", plugins=("actors.rewards.builtins",))  # built-ins on first lookup
 
 
 def group_reward(fn):
@@ -24,6 +24,3 @@ def process_reward(fn):
     at each step's last token into `token_rewards.<source>` (see actors/rewards/aggregate.py)."""
     fn.reward_scope = "process"
     return fn
-
-
-from actors.rewards import builtins  # noqa: E402,F401  (registers the built-ins)

@@ -1,4 +1,4 @@
-"""Built-in reward functions, registered by name on `import actors.rewards`.
+"""Built-in reward functions, registered by name on the first lookup in `REWARD_FUNCTIONS`.
 
 By theme (each function's docstring has its arguments and a one-line YAML example):
 

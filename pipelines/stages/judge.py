@@ -22,7 +22,7 @@ from orchestrator.config import Section, template_fields
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
 from orchestrator.stage_cache import fmt, save_stage, stage_path
-from orchestrator.stages import stop_if_requested
+from orchestrator.stages import StageProgress, stop_if_requested
 from pipelines.stages import PolicyWarmup
 
 
@@ -114,7 +114,14 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     tasks = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=cfg.seed + 2)
     judged = PromptSampler(rows, seed=cfg.seed + 3)
     n_task = int(judge.warmup_batch_size * judge.warmup_task_fraction)
-    steps, block, loss = 0, judge.warmup_resample or 50, float("nan")
+    steps, block, loss = 0, judge.warmup_resample or 25, float("nan")
+    drawn = (f"re-drawn from the policy every {judge.warmup_resample} steps" if judge.warmup_resample
+             else "drawn once from the warm policy")
+    progress = StageProgress(
+        ctx, "judging warm-up", judge.warmup_steps,
+        budget=f"{judge.warmup_steps} SFT steps (judge.warmup_steps) of {judge.warmup_batch_size} examples, "
+               f"{judge.warmup_task_fraction:.0%} of them the task's own, the rest judge examples of the policy's samples "
+               f"({drawn}); cached, so later runs with the same settings skip it")
     while steps < judge.warmup_steps:
         stop_if_requested(ctx, "judging warm-up", steps)
         if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
@@ -131,8 +138,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         batches = [pa.concat_tables([judged.next(n_judge)] + ([tasks.next(n_task)] if n_task else [])) for _ in range(n)]
         loss = await learner.call("sft_steps", batches, judge.warmup_lr, table=False)
         steps += n
-        if judge.warmup_resample:
-            ctx.progress.print(f"judging warm-up: step {steps}/{judge.warmup_steps}, loss {loss:.3f}")
+        progress.update(steps, f"loss {loss:.3f}")
+    progress.done()
     await learner.call("end_warmup", table=False)
     await channel.publish(0)
     after, auc_after = await agreement(ctx, held_out)

@@ -22,7 +22,7 @@ from orchestrator.channels import Channel
 from orchestrator.config import Section
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
 from orchestrator.stage_cache import fmt, save_stage, stage_path
-from orchestrator.stages import stop_if_requested
+from orchestrator.stages import StageProgress, stop_if_requested
 from pipelines.laser_reward import save_c, with_offset
 from pipelines.stages import PolicyWarmup
 
@@ -66,6 +66,7 @@ class LaserConfig(Section):
 
 MARKER = "laser_warmup.json"
 _EVAL_SEQ = -3_000_000  # request numbers of the warm-up's own samples, apart from the run's
+_CHUNK = 25  # optimizer steps per learner call: progress (and a stop) between them
 
 
 def cache_path(config, source: str | None) -> Path:
@@ -112,6 +113,11 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     if prompts.num_rows == 0:
         raise ValueError(f"laser.warmup_steps={laser.warmup_steps} needs verifier-labelled training prompts; "
                          f"verifier.fraction={cfg.verifier.fraction} labels none of {ctx.prompts.train.num_rows}")
+    progress = StageProgress(
+        ctx, "self-verification warm-up", laser.warmup_steps,
+        budget=f"{laser.warmup_steps} steps (laser.warmup_steps) of {laser.warmup_pairs} (correct, wrong) pairs of the "
+               f"policy's own samples of {prompts.num_rows} verifier-labelled training prompts, re-drawn every "
+               f"{laser.warmup_resample} steps; cached, so later runs with the same settings skip it")
     steps, stats, drawn, samples, pairs, c = 0, {}, [], None, [], laser.c
     while steps < laser.warmup_steps:
         stop_if_requested(ctx, "self-verification warm-up", steps)
@@ -140,14 +146,20 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         if c is None:  # fixed from the first batch when laser.c leaves it open, as in RL
             c = float(np.nanmean(batches[0].column("laser_logprob").to_numpy(zero_copy_only=False)))
         batches = [with_offset(b, c) for b in batches]
-        stats = await learner.call("call_objective", "laser_align", "align_steps", batches, laser.warmup_lr,
-                                   laser.warmup_nll, table=False)
+        stats = {}
+        for i in range(0, n, _CHUNK):  # one optimizer across the chunks: the same steps, progress between them
+            part = await learner.call("call_objective", "laser_align", "align_steps", batches[i:i + _CHUNK],
+                                      laser.warmup_lr, laser.warmup_nll, table=False)
+            chunk = len(batches[i:i + _CHUNK])
+            stats = {k: stats.get(k, 0.0) + v * chunk / n for k, v in part.items()}  # the block's means
+            progress.update(steps + i + chunk, f"mse {part['laser_warmup/mse']:.3f}, nll {part['laser_warmup/nll']:.3f}")
         stats["laser_warmup/c"] = c
         steps += n
         await channel.publish(0)  # the next samples come from the policy as trained so far
         ctx.progress.print(f"self-verification warm-up: step {steps}/{laser.warmup_steps}, mse "
                            f"{stats['laser_warmup/mse']:.3f}, nll {stats['laser_warmup/nll']:.3f} (this draw: "
                            f"{len(fresh_pairs)} prompts with pairs, sample accuracy {accuracy:.3f})")
+    progress.done()
     await learner.call("end_warmup", table=False)
     after = await self_reward_quality(ctx, seq=_EVAL_SEQ)
     accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
