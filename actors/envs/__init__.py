@@ -5,6 +5,6 @@ policy must query); any `module:Class` subclassing actors.envs.base.Environment 
 
 from actors.registry import Registry
 
-ENVIRONMENTS = Registry("environment")
-
-from actors.envs import calculator, kv_store, python_tool  # noqa: E402,F401  (register the built-ins)
+# the built-ins register themselves; their modules are imported on the first lookup
+ENVIRONMENTS = Registry("environment", plugins=("actors.envs.calculator", "actors.envs.kv_store",
+                                                "actors.envs.python_tool"))
