@@ -53,9 +53,19 @@ OPTIONAL_FIELDS: dict[str, pa.DataType] = {
     "returns": pa.list_(pa.float32()),  # GAE's returns, the critic's targets
     "reward_mask": pa.bool_(),  # False: the row does not train (Parrot's dominated samples)
     "laser_c": pa.float64(),  # LaSeR: the offset c of the self-reward beta * (log pi(z | x, y) - c)
+    # multi-turn episodes (actors/envs/rollout.py): response_ids hold every turn and observation
+    "loss_mask": pa.list_(pa.bool_()),  # True on the tokens the policy sampled: the only ones that train
+    "transcript": pa.string(),  # the episode's text after the prompt (`response` is its last turn)
+    "turns": pa.int32(),
+    "tool_calls": pa.int32(),
+    "tool_errors": pa.int32(),
+    "episode_end": pa.string(),  # done / max_turns / token_budget / env_error
+    "env_error": pa.string(),
+    "turn_rewards": pa.list_(pa.float32()),  # the environment's reward of each turn (null: none given)
 }
 # List columns that hold one value per response token.
-PER_RESPONSE_TOKEN = ("behavior_logprobs", "token_rewards", "ref_logprobs", "advantages", "old_values", "returns")
+PER_RESPONSE_TOKEN = ("behavior_logprobs", "token_rewards", "ref_logprobs", "advantages", "old_values", "returns",
+                      "loss_mask")
 
 
 class BatchError(ValueError):
@@ -196,6 +206,16 @@ def response_mask(table: pa.Table) -> torch.Tensor:
 
     lengths = torch.from_numpy(_lengths(table.column("response_ids")))
     return torch.arange(int(lengths.max()) if len(lengths) else 0)[None, :] < lengths[:, None]
+
+
+def loss_mask(table: pa.Table) -> torch.Tensor:
+    """[rows, longest response] bool: the response tokens that train, `response_mask` and, in
+    multi-turn episodes, the `loss_mask` column (False on the tokens an environment added)."""
+    mask = response_mask(table)
+    if "loss_mask" in table.schema.names:
+        own, _ = to_padded(table.column("loss_mask"), False, width=mask.shape[1])
+        mask = mask & own.bool()
+    return mask
 
 
 def from_padded(tensor: torch.Tensor, lengths: torch.Tensor | np.ndarray, value_type: pa.DataType,

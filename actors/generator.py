@@ -49,8 +49,13 @@ class Generator:
         backend = BACKENDS.get(config.rollout.backend)
         if shares_gpu(role.get("num_gpus", 0)) and "free_memory" in inspect.signature(backend).parameters:
             sleep["free_memory"] = True  # the HF backend: its KV cache goes back to the GPU after each call
+        context = getattr(model.config, "max_position_embeddings", None)
         self.backend = backend(model, tokenizer, device=device, **sleep)
         self.config = config.rollout
+        self.episodes = None  # multi-turn episodes with an environment (env.name; actors/envs/rollout.py)
+        if config.env.name is not None:
+            from actors.envs.rollout import EpisodeRollouts
+            self.episodes = EpisodeRollouts(config, self.backend, context)
         self.judge_config = config.judge
         self.judges = [r.name for r in config.judge_rewards()]
         self.spark = getattr(config, "spark", None)  # recipe spark: its judging format (spark.mode)
@@ -141,6 +146,10 @@ class Generator:
         if seq is not None and not greedy:
             import torch
             torch.manual_seed(hash((self.seed, seq)) % 2**63)
+        tag = f"{seq}" if seq is not None else uuid.uuid4().hex[:12]
+        if self.episodes is not None:  # each sample an episode with the environment
+            table, info = self.episodes.generate(prompts, n, greedy, tag, self.version)
+            return table, {"rows": table.num_rows, "version": self.version, "busy_s": time.perf_counter() - start, **info}
         texts = prompts.column("prompt").to_pylist()
         extra = {"next_token": self.laser_token} if self.laser_token is not None else {}
         if cfg.stop:
@@ -151,7 +160,6 @@ class Generator:
         extra = {} if out.next_logprobs is None else {"laser_logprob": pa.array(out.next_logprobs, pa.float32())}
         repeat = np.repeat(np.arange(prompts.num_rows), n)
         sample = np.tile(np.arange(n), prompts.num_rows)
-        tag = f"{seq}" if seq is not None else uuid.uuid4().hex[:12]
         prompt_lengths = np.array([len(p) for p in out.prompt_ids], dtype=np.int64)
         prompt_ids = B.list_column(np.concatenate(out.prompt_ids) if len(out.prompt_ids) else
                                    np.zeros(0, np.int32), prompt_lengths, pa.int32())

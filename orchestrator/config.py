@@ -109,6 +109,24 @@ class MathWordConfig(Section):
 class ArithmeticConfig(Section):
     digits: int = Field(2, ge=1, le=6)
     operators: list[Literal["+", "-", "*"]] = ["+"]
+    # None: every problem (digits <= 3); a number: that many distinct problems drawn at random (seeded),
+    # for spaces too large to list (4 digits: 81 million pairs an operator)
+    sample: Optional[int] = Field(None, gt=0)
+    # other operand sizes for some operators: a number, [low, high] (every pair of sizes between), or a
+    # list of [a, b] size pairs (orchestrator/data.py size_pairs), e.g. {"*": [1, 3]} beside digits: 4;
+    # sample is split evenly over the operators; {}: every operator has `digits`
+    operator_digits: dict[Literal["+", "-", "*"], Union[int, tuple[int, int], list[tuple[int, int]]]] = {}
+
+    @field_validator("operator_digits")
+    @classmethod
+    def _digit_range(cls, v: dict) -> dict:
+        for op, d in v.items():
+            if isinstance(d, tuple) and d[0] > d[1]:
+                raise ValueError(f"operator_digits[{op!r}] = {list(d)}: [low, high] needs low <= high")
+            sizes = [d] if isinstance(d, int) else list(d) if isinstance(d, tuple) else [x for p in d for x in p]
+            if not sizes or not all(1 <= x <= 6 for x in sizes):
+                raise ValueError(f"operator_digits[{op!r}] = {d}: operand sizes are 1 to 6 digits")
+        return v
 
 
 class SortingConfig(Section):
@@ -208,6 +226,8 @@ class RewardSpec(Section):
     model: Optional[str] = None  # a scalar reward model: a local directory, or "auto" (see reward_model)
     judge: bool = False
     laser: bool = False  # LaSeR's last-token self-reward, computed by the generators (see laser)
+    # the environment's reward of each episode (the sum of its turns' rewards), from the generators (see env)
+    env: bool = False
     args: dict[str, Any] = {}  # extra keyword arguments for `fn`
     weight: float = 1.0  # in the aggregated `reward`; 0 logs the source without training on it
     normalize: Literal["none", "group", "running"] = "none"
@@ -221,9 +241,9 @@ class RewardSpec(Section):
 
     @model_validator(mode="after")
     def _one_kind(self) -> "RewardSpec":
-        if (self.fn is not None) + (self.model is not None) + self.judge + self.laser > 1:
+        if (self.fn is not None) + (self.model is not None) + self.judge + self.laser + self.env > 1:
             raise ValueError(f"rewards[{self.name}]: set one of fn (a verifier function), model "
-                             "(a reward model), judge or laser")
+                             "(a reward model), judge, laser or env")
         if self.kind == "fn":
             from actors.rewards import REWARD_FUNCTIONS
             registered(self.fn or self.name, REWARD_FUNCTIONS)
@@ -256,7 +276,7 @@ class RewardSpec(Section):
     @property
     def kind(self) -> str:
         return ("model" if self.model is not None else "judge" if self.judge else "laser" if self.laser
-                else "fn")
+                else "env" if self.env else "fn")
 
 
 class VerifierConfig(Section):
@@ -272,6 +292,48 @@ class VerifierConfig(Section):
     cpu_time_s: Optional[float] = Field(None, gt=0)  # CPU seconds per sample (the wall limit is timeout_s)
     # a reward source that fails on every sample this many steps in a row stops the run (0: never)
     max_failed_steps: int = Field(3, ge=0)
+
+
+class EnvConfig(Section):
+    """Multi-turn episodes (docs/environments.md): each sample is an episode in which the policy's turns
+    and the environment's observations alternate; None: one response per prompt."""
+    name: Optional[str] = None  # a registered environment (calculator, python, kv_store) or `module:Class`
+    args: dict[str, Any] = {}  # the environment's keyword arguments
+    # how the policy writes a tool call (actors/envs/tool_calls.py): tags (<calc>1+2</calc>) or hermes
+    # (the <tool_call>{json}</tool_call> of Hermes/Qwen chat templates); given to environments that take it
+    tool_format: str = "tags"
+    max_turns: int = Field(4, ge=1)  # policy turns per episode
+    # token budget of an episode after its prompt: every turn and observation (a turn's own limit is
+    # rollout.max_new_tokens); the model's context length bounds it too
+    max_tokens: int = Field(128, gt=0)
+    observation_tokens: Optional[int] = Field(64, gt=0)  # an observation's text is cut to this many tokens
+    # the environment's per-turn rewards as dense rewards at each turn's last token (token_rewards:
+    # process advantages in the credit step) instead of summed into the `env: true` reward sources
+    turn_rewards: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _known_env(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        from actors.envs import ENVIRONMENTS
+        return registered(v, ENVIRONMENTS)
+
+    @field_validator("tool_format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        from actors.envs.tool_calls import TOOL_FORMATS
+        return registered(v, TOOL_FORMATS)
+
+    @model_validator(mode="after")
+    def _args_fit(self) -> "EnvConfig":
+        if self.name is None:
+            if self.args:
+                raise ValueError("env.args are given but env.name is not set")
+            return self
+        from actors.envs.make import check_args
+        check_args(self.name, self.args)
+        return self
 
 
 class ReplicaRange(Section):
@@ -483,6 +545,10 @@ class WarmupConfig(Section):
     eval_every: int = Field(10, gt=0)
     cache: bool = True
     cache_dir: str = "~/.cache/coevo/warmup"
+    # Another task to warm up on (None: the run's data). target_accuracy is then reached on its held-out
+    # split, and the run's task is measured once at the end (warmup/accuracy): a warm-up that teaches
+    # a format (the tool-call protocol, with env) without seeing the task RL is to learn
+    data: Optional[DataConfig] = None
 
 
 class TrainConfig(Section):
@@ -546,6 +612,7 @@ class Config(Section):
     warmup: WarmupConfig = WarmupConfig()
     train: TrainConfig = TrainConfig()
     learner: LearnerConfig = LearnerConfig()
+    env: EnvConfig = EnvConfig()  # multi-turn episodes with an environment (docs/environments.md)
     # Extra aggregation stages over the reward sources (G-RA gates, PAR, Parrot selection, process
     # rewards): see actors/rewards/aggregate.py. Weights and normalisation come from `rewards`.
     aggregate: dict[str, Any] = {}
@@ -579,6 +646,7 @@ class Config(Section):
         for key, value in sources:
             if value is not None and value not in fn_names:
                 raise ValueError(f"{key} {value!r} is not a verifier (fn) reward; accepted: {fn_names}")
+        self._env_checks()
         for reward in self.rewards:
             needs = {"model": "reward_model", "judge": "judge", "laser": "laser"}.get(reward.kind)
             if needs and needs not in type(self).model_fields:
@@ -631,6 +699,25 @@ class Config(Section):
                              f"{self.rollout.prompts_per_step}")
         return self
 
+    def _env_checks(self) -> None:
+        """What multi-turn episodes need of the rest of the config."""
+        env_rewards = [r.name for r in self.rewards if r.kind == "env"]
+        if env_rewards and self.env.name is None:
+            raise ValueError(f"rewards[{env_rewards[0]}]: an env reward needs an environment: set env.name")
+        if self.env.name is None:
+            return
+        if self.env.turn_rewards and not env_rewards:
+            raise ValueError("env.turn_rewards places the environment's rewards on tokens; it needs a reward "
+                             "source {name: ..., env: true} (its weight scales them)")
+        if self.laser_rewards():
+            raise ValueError("env.name: LaSeR's self-reward reads the token after a single response; it does not "
+                             "apply to multi-turn episodes (remove the laser reward or env.name)")
+        from actors.algorithms import ADVANTAGES
+        if getattr(ADVANTAGES.get(self.algorithm.advantage), "needs_values", False):
+            raise ValueError(f"env.name: algorithm.advantage={self.algorithm.advantage} needs a critic's values per "
+                             "token, which multi-turn episodes do not have (observation tokens are no actions); use "
+                             "an outcome estimator such as grpo")
+
     def __reduce__(self):
         # The class is built per recipe (orchestrator.settings), so a pickle (an actor's copy)
         # carries the values and is checked again against its recipe's model where it is loaded.
@@ -638,14 +725,14 @@ class Config(Section):
 
     def aggregate_spec(self) -> dict:
         """The reward aggregation spec: each source's weight and normalisation, plus `aggregate:`."""
-        scalar = [r for r in self.rewards if not r.is_process]
+        process = self.process_rewards()
+        scalar = [r for r in self.rewards if r not in process]
         spec: dict[str, Any] = {"weights": {r.name: r.weight for r in scalar},
                                 "on_error": self.verifier.on_error}
         normalize = {r.name: r.normalize for r in scalar if r.normalize != "none"}
         if normalize:
             spec["normalize"] = normalize
         spec.update(self.aggregate)
-        process = self.process_rewards()
         if process:  # every process source is shaped (default: as is) with its rewards[] weight
             given = dict(self.aggregate.get("process") or {})
             spec["process"] = {**given, **{r.name: {"weight": r.weight, **(given.get(r.name) or {})}
@@ -657,7 +744,9 @@ class Config(Section):
         return [r for r in self.rewards if r.kind == "fn" and not r.is_process]
 
     def process_rewards(self) -> list[RewardSpec]:
-        return [r for r in self.rewards if r.is_process]
+        """Per-token reward sources (token_rewards.<name>): process verifiers, and the environment's
+        per-turn rewards with env.turn_rewards."""
+        return [r for r in self.rewards if r.is_process or (r.kind == "env" and self.env.turn_rewards)]
 
     def model_rewards(self) -> list[RewardSpec]:
         return [r for r in self.rewards if r.kind == "model"]

@@ -138,9 +138,11 @@ class Credit:
         r_mask = B.response_mask(table)
         adv, outcome, columns = self.advantages(table, rewards, groups, r_mask)
         if "token_rewards" in table.schema.names:  # dense (process) rewards: per-token advantages
+            # over the tokens that train (multi-turn episodes: the policy's, not the observations')
+            mask = B.loss_mask(table).float()
             dense, _ = B.to_padded(table.column("token_rewards"), 0.0, torch.float32, width=r_mask.shape[1])
-            process = process_advantages(dense, r_mask.float(), groups)
-            adv = combine_advantages(outcome, self.process_weight * process, r_mask.float())
+            process = process_advantages(dense, mask, groups)
+            adv = combine_advantages(outcome, self.process_weight * process, mask)
         if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
             active = torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
             adv = adv * active[:, None]

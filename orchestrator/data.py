@@ -19,15 +19,30 @@ REQUIRED = ("prompt", "answer")
 
 
 # ---- built-in tasks ---------------------------------------------------------------------------
-def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, analogs: str | None = None) -> PromptSet:
-    """All `a op b` with `digits`-digit operands; a seeded, disjoint held-out split. With
-    `analogs="commuted"` each problem is paired with its commuted twin (`pair_id`, for Co-Reward;
-    the sampler draws twins together)."""
-    low = 10 ** (digits - 1) if digits > 1 else 0
-    numbers = range(low, 10 ** digits)
+MAX_LISTED = 2_000_000  # problems an arithmetic task lists in full; past it, data.arithmetic.sample draws some
+
+
+def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, analogs: str | None = None,
+               sample: int | None = None, operator_digits: dict | None = None) -> PromptSet:
+    """All `a op b` with `digits`-digit operands (or `sample` distinct ones drawn at random); a
+    seeded, disjoint held-out split. `operator_digits` gives some operators other operand sizes
+    (`size_pairs`), e.g. {"*": [1, 3]} beside 4-digit sums; `sample` is then split evenly over the
+    operators and an operator's pairs of sizes. With `analogs="commuted"` each problem is paired with its
+    commuted twin (`pair_id`, for Co-Reward; the sampler draws twins together)."""
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
-    problems = [(f"{a}{op}{b}=", str(ops[op](a, b))) for op in operators
-                for a, b in itertools.product(numbers, numbers)]
+    if operator_digits:
+        unknown = sorted(set(operator_digits) - set(operators))
+        if unknown:
+            raise DatasetError(f"data.arithmetic.operator_digits names {unknown}, not among the operators {operators}")
+        problems = []
+        for i, op in enumerate(operators):
+            pairs = size_pairs(operator_digits.get(op, digits))
+            share = None if sample is None else sample // len(operators) + (i < sample % len(operators))
+            for j, (da, db) in enumerate(pairs):
+                part = None if share is None else share // len(pairs) + (j < share % len(pairs))
+                problems += _problems((da, db), [op], ops, part, seed + 100 * i + j)
+    else:
+        problems = _problems((digits, digits), operators, ops, sample, seed)
     if eval_size >= len(problems):
         raise DatasetError(f"arithmetic task has {len(problems)} problems; data.eval_size={eval_size} "
                            "leaves none to train on")
@@ -35,7 +50,8 @@ def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, ana
     table = pa.table({"prompt_id": [problems[i][0] for i in order],
                       "prompt": [problems[i][0] for i in order],
                       "answer": [problems[i][1] for i in order]})
-    name = f"arithmetic-{digits}d-{''.join(operators)}"
+    name = f"arithmetic-{digits}d-{''.join(operators)}" + \
+        "".join(f"-{op}" + ",".join(f"{a}x{b}" for a, b in size_pairs(d)) for op, d in sorted((operator_digits or {}).items()))
     if analogs is None:
         return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=name)
     if analogs != "commuted":
@@ -68,6 +84,47 @@ def sorting(length: int, size: int, eval_size: int, seed: int) -> PromptSet:
     table = pa.table({"prompt_id": [f"{d}>" for d in digits], "prompt": [f"{d}>" for d in digits],
                       "answer": ["".join(sorted(d)) for d in digits]})
     return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=f"sorting-{length}")
+
+
+def size_pairs(size) -> list[tuple[int, int]]:
+    """The (a's, b's) operand sizes of `operator_digits` value: a number n (n, n); [low, high] (every
+    pair of sizes from low to high digits); or a list of [a, b] pairs, e.g. the pairs with one
+    4-digit operand and not two: [[4, 1], [4, 2], [4, 3], [1, 4], [2, 4], [3, 4]]."""
+    if isinstance(size, int):
+        return [(size, size)]
+    if all(isinstance(x, int) for x in size):
+        low, high = size
+        return [(da, db) for da in range(low, high + 1) for db in range(low, high + 1)]
+    return [(int(a), int(b)) for a, b in size]
+
+
+def _problems(digits: tuple[int, int], operators: list[str], ops: dict, sample: int | None,
+              seed: int) -> list[tuple[str, str]]:
+    """Every `a op b` with operands of `digits` = (a's, b's) digits, or `sample` distinct ones drawn (seeded)."""
+    ranges = [range(10 ** (d - 1) if d > 1 else 0, 10 ** d) for d in digits]
+    space = len(operators) * len(ranges[0]) * len(ranges[1])
+    if sample is not None and sample < space:
+        return _drawn(ranges, operators, ops, sample, seed)
+    if space > MAX_LISTED:
+        raise DatasetError(f"the arithmetic task with {max(digits)} digits has {space:,} problems, too many to "
+                           "list: set data.arithmetic.sample to draw some")
+    return [(f"{a}{op}{b}=", str(ops[op](a, b))) for op in operators for a, b in itertools.product(*ranges)]
+
+
+def _drawn(ranges: list[range], operators: list[str], ops: dict, k: int, seed: int) -> list[tuple[str, str]]:
+    """`k` distinct problems drawn uniformly (seeded), in a fixed order."""
+    rng = np.random.default_rng([seed, 11])
+    na, nb = len(ranges[0]), len(ranges[1])
+    codes = np.unique(rng.integers(0, len(operators) * na * nb, size=2 * k + 64))
+    codes = rng.permutation(codes)[:k]
+    while len(codes) < k:  # rare: too few distinct draws
+        codes = np.unique(np.concatenate([codes, rng.integers(0, len(operators) * na * nb, size=k)]))[:k]
+    out = []
+    for c in sorted(codes.tolist()):
+        op, rest = divmod(c, na * nb)
+        a, b = ranges[0][rest // nb], ranges[1][rest % nb]
+        out.append((f"{a}{operators[op]}{b}=", str(ops[operators[op]](a, b))))
+    return out
 
 
 def commuted_key(prompt: str) -> str:
@@ -212,7 +269,8 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=Non
         prompts = PromptSet(train=train, eval=held_out, name="math_word")
     else:
         a = data_cfg.arithmetic
-        prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed, data_cfg.analogs)
+        prompts = arithmetic(a.digits, a.operators, data_cfg.eval_size, seed, data_cfg.analogs, a.sample,
+                             a.operator_digits)
     if label_fraction < 1.0:
         n = prompts.train.num_rows
         labelled = np.random.default_rng([seed, 7]).random(n) < label_fraction

@@ -7,6 +7,8 @@ import asyncio
 
 import numpy as np
 
+from actors.envs.metrics import episode_metrics
+
 
 async def greedy_accuracy(ctx, prompts=None) -> dict[str, float]:
     """Greedy accuracy on the held-out split, spread over the generator replicas."""
@@ -14,12 +16,14 @@ async def greedy_accuracy(ctx, prompts=None) -> dict[str, float]:
     chunks = ctx.split(ctx.prompts.eval if prompts is None else prompts, len(gen.replicas))
 
     async def one(chunk):
-        table, _ = await gen.call("generate", chunk, greedy=True, versioned=True)
-        return await ver.call("evaluate", table, table=False)
+        table, info = await gen.call("generate", chunk, greedy=True, versioned=True)
+        return await ver.call("evaluate", table, table=False), info
 
-    results = await asyncio.gather(*[one(c) for c in chunks])
+    done = await asyncio.gather(*[one(c) for c in chunks])
+    results = [r for r, _ in done]
     n = sum(r["samples"] for r in results)
-    out = {"eval/accuracy": sum(r["accuracy"] * r["samples"] for r in results) / n}
+    out = {"eval/accuracy": sum(r["accuracy"] * r["samples"] for r in results) / n,
+           **episode_metrics([info for _, info in done], prefix="eval/env/")}  # multi-turn episodes (env.name)
     for key in sorted({k for r in results for k in r if k.startswith("errors/")}):
         out[f"eval/{key}"] = sum(r.get(key, 0) for r in results)
     return out

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from actors.envs.metrics import episode_metrics
 from orchestrator.colocation import sleep_generators
 from orchestrator.config import Config
 from orchestrator.data import PromptSampler, PromptSet
@@ -125,6 +126,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                    "time/verify_s": _piece_time(pieces, "verify_s", ctx, "verifier"),
                    "throughput/samples_per_s": samples / step_s,
                    **rollouts.accounting()}
+            row.update(episode_metrics([p.info for p in pieces]))  # multi-turn episodes (env.name)
             seconds = {k: sum(p.info.get(k, 0.0) for p in pieces) for p in pieces for k in p.info
                        if k.startswith("seconds/")}
             seconds.update(ctx.stage_seconds)

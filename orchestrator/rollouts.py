@@ -124,7 +124,8 @@ class Rollouts(BatchSource):
             gen = self.ctx.pools["generator"]
             piece.table, info = await gen.call("generate", piece.prompts, seq=piece.seq, versioned=True)
             piece.version = info["version"]
-            piece.info = {"generate_s": info["busy_s"], "tokens": info.get("tokens", 0)}
+            piece.info = {"generate_s": info["busy_s"], "tokens": info.get("tokens", 0),
+                          **{k: v for k, v in info.items() if k.startswith("env/")}}  # episode counts
             piece.table, more = await self.recipe.score_piece(self.ctx, piece.table)
             piece.info.update(more)
             if self.dynamic:

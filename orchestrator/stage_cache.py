@@ -16,16 +16,31 @@ def cache_key(config, extra: dict | None = None) -> str:
     unset = {k for k, v in (("attn_implementation", None), ("dtype", "auto"), ("bpe", None))
              if getattr(config.model, k) == v}
     model = config.model.model_dump(exclude=unset or None)
-    # the same for the data settings added later (chat templates, the math_word task), where unused
+    # settings added later are in the key only where set, so the keys made before them still hit: the
+    # data settings of chat templates and the math_word task where unused, arithmetic's sample and
+    # operator_digits, warmup.data
     data_unset = {k for k, v in (("chat_template", "auto"), ("system_prompt", None)) if getattr(config.data, k) == v}
     if config.data.task != "math_word":
         data_unset.add("math_word")
-    key = {"model": model, "data": config.data.model_dump(exclude={"analogs", *data_unset}),
+    data = config.data.model_dump(exclude={"analogs", *data_unset})
+    _drop_unset(data)
+    warmup = config.warmup.model_dump(exclude={"cache", "cache_dir"} | ({"data"} if config.warmup.data is None else set()))
+    if warmup.get("data"):
+        _drop_unset(warmup["data"])
+    key = {"model": model, "data": data,
            "seed": config.seed,
-           "warmup": config.warmup.model_dump(exclude={"cache", "cache_dir"}),
+           "warmup": warmup,
            "files": [_stamp(p) for p in (config.data.path, config.data.eval_path, config.model.path) if p],
            **(extra or {})}
+    if config.env.name is not None:  # the warm-up trains on the environment's demonstrations
+        key["env"] = config.env.model_dump()
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _drop_unset(data: dict) -> None:
+    for key, unset in (("sample", None), ("operator_digits", {})):
+        if data["arithmetic"].get(key, unset) == unset:
+            data["arithmetic"].pop(key, None)
 
 
 def _stamp(path: str) -> list:

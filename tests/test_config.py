@@ -259,7 +259,7 @@ def test_laser_warm_up_needs_labelled_prompts():
 
 
 def test_reward_sources_and_their_cross_checks():
-    with pytest.raises(ConfigError, match="set one of fn .* model .* judge or laser"):
+    with pytest.raises(ConfigError, match="set one of fn .* model .* judge, laser or env"):
         load_config(None, ["rewards=[{name: x, fn: exact_match, model: /m}]"])
     with pytest.raises(ConfigError, match="args apply to fn rewards only"):
         load_config(None, ["rewards=[{name: x, model: auto, args: {a: 1}}]"])

@@ -46,6 +46,43 @@ def test_arithmetic_eval_size_too_large():
         arithmetic(1, ["+"], eval_size=100, seed=0)
 
 
+def test_arithmetic_sample_draws_distinct_problems_of_the_right_size():
+    ps = arithmetic(4, ["*"], eval_size=50, seed=0, sample=500)
+    prompts = ps.train.column("prompt").to_pylist() + ps.eval.column("prompt").to_pylist()
+    assert len(prompts) == len(set(prompts)) == 500
+    assert all(len(x) == 4 for p in prompts for x in p.rstrip("=").split("*"))
+    with pytest.raises(DatasetError, match="set data.arithmetic.sample"):
+        arithmetic(4, ["*"], eval_size=50, seed=0)
+
+
+def test_operator_digits_give_operators_their_own_operand_sizes():
+    """A warm-up that shows the tool protocol on neighbouring problems: 4-digit sums, and products
+    with one 4-digit operand and not two (the recipe's task)."""
+    pairs = [[4, 1], [4, 2], [4, 3], [1, 4], [2, 4], [3, 4]]
+    ps = arithmetic(4, ["+", "*"], eval_size=20, seed=0, sample=1200, operator_digits={"*": pairs})
+    sizes = {}
+    for split in (ps.train, ps.eval):
+        for prompt, answer in zip(split.column("prompt").to_pylist(), split.column("answer").to_pylist()):
+            op = "*" if "*" in prompt else "+"
+            a, b = prompt.rstrip("=").split(op)
+            assert int(answer) == (int(a) * int(b) if op == "*" else int(a) + int(b))
+            sizes.setdefault(op, set()).add((len(a), len(b)))
+    assert sizes["+"] == {(4, 4)} and sizes["*"] == {tuple(p) for p in pairs}
+    assert ps.train.num_rows + ps.eval.num_rows == 1200
+    ranged = arithmetic(4, ["*"], eval_size=20, seed=0, sample=900, operator_digits={"*": [1, 3]})
+    got = {tuple(len(x) for x in p.rstrip("=").split("*")) for p in ranged.train.column("prompt").to_pylist()}
+    assert got == {(a, b) for a in (1, 2, 3) for b in (1, 2, 3)}
+    with pytest.raises(DatasetError, match=r"operator_digits names \['-'\]"):
+        arithmetic(4, ["*"], eval_size=20, seed=0, sample=100, operator_digits={"-": 3})
+
+
+@pytest.mark.parametrize("value, message", [({"*": 7}, "1 to 6 digits"), ({"*": [3, 1]}, "low <= high"),
+                                            ({"/": 2}, "operator_digits")])
+def test_operator_digits_out_of_range_are_refused(value, message):
+    with pytest.raises(ValueError, match=message):
+        DataConfig(arithmetic={"digits": 4, "operators": ["*"], "operator_digits": value})
+
+
 # ---- user files --------------------------------------------------------------------------------
 def write_jsonl(path, rows, raw_lines=()):
     lines = [json.dumps(r) for r in rows] + list(raw_lines)

@@ -77,6 +77,51 @@ def test_greedy_equals_hf_on_the_tiny_model(tiny):
     assert_same_greedy(generator.backend, hf_backend(config))
 
 
+# ---- multi-turn episodes (docs/environments.md) -------------------------------------------------
+class _Talkative:
+    """Never done: observes `obs<k>` after turn k, so every episode runs to max_turns."""
+
+    def __init__(self):
+        self.k = 0
+
+    def step(self, turn):
+        from actors.envs.base import Step
+        self.k += 1
+        return Step(observation=f"obs{self.k}")
+
+    @classmethod
+    def step_batch(cls, envs, turns):
+        return [e.step(t) for e, t in zip(envs, turns)]
+
+    def stops(self):
+        return []
+
+
+def _episodes(backend, tokenizer, prompts, turns=3):
+    from actors.envs.episodes import BackendPolicy, run_episodes
+    from actors.envs.turns import turn_format
+
+    fmt = turn_format(tokenizer, list(backend.eos_ids))
+    ids = [np.asarray(i, np.int32) for i in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    return run_episodes(BackendPolicy(backend, fmt.ends, greedy=True), [_Talkative() for _ in prompts], ids, fmt,
+                        tokenizer, max_turns=turns, max_tokens=60, turn_tokens=6, observation_tokens=8)
+
+
+def test_greedy_episodes_through_vllm_lay_out_the_tokens_hf_lays_out(tiny):
+    """(Before the tests that build engines of their own: closing one tears down vLLM's process-wide
+    parallel state, which the module's engine then lacks.) Every turn after the first is generated from token ids (the earlier turns, markers and
+    observations), through vLLM's prefix-cached engine: the same ids and masks as the HF backend."""
+    generator, config = tiny
+    generator.update_weights(1, export_state(modeling.build(config.model, config.seed)[0], 1))
+    hf = hf_backend(config)
+    got, want = _episodes(generator.backend, hf.tokenizer, PROMPTS), _episodes(hf, hf.tokenizer, PROMPTS)
+    for g, w in zip(got, want):
+        assert g.ids == w.ids and g.mask == w.mask and g.end == w.end == "max_turns"
+        assert g.turns == 3 and not all(g.mask)
+        np.testing.assert_allclose([x for x, m in zip(g.logprobs, g.mask) if m],
+                                   [x for x, m in zip(w.logprobs, w.mask) if m], atol=2e-3)
+
+
 def test_a_stop_string_gives_the_same_tokens_finish_reasons_and_text_as_hf(tiny):
     from test_stop_strings import two_token_stop
 
@@ -213,3 +258,24 @@ def test_greedy_equals_hf_on_a_larger_random_init_config():
                           "intermediate_size": 1024})
     generator = Generator(config, None)
     assert_same_greedy(generator.backend, hf_backend(config))
+
+
+def test_a_vllm_generator_samples_episodes_seeded_per_request():
+    config = validate_config({
+        "seed": 0, "model": {"tiny": {}},
+        "rollout": {"backend": "vllm", "prompts_per_step": 2, "samples_per_prompt": 3, "max_new_tokens": 6,
+                    "temperature": 1.0},
+        "env": {"name": "calculator", "max_turns": 2, "max_tokens": 24},
+        "rewards": [{"name": "integer_match"}], "train": {"threads": 1},
+    })
+    generator = Generator(config, None)
+    prompts = pa.table({"prompt_id": ["a", "b"], "prompt": ["12*7=", "3*45="]})
+    first, info = generator.generate(prompts, seq=3)
+    again, _ = generator.generate(prompts, seq=3)
+    assert first.column("response_ids").to_pylist() == again.column("response_ids").to_pylist()
+    for ids, mask in zip(first.column("response_ids").to_pylist(), first.column("loss_mask").to_pylist()):
+        assert len(ids) == len(mask)
+    assert info["env/episodes"] == 6
+    # one seed per episode: the three episodes of a row do not all draw the same first turn
+    rows = first.column("response_ids").to_pylist()
+    assert len({tuple(r) for r in rows[:3]}) > 1

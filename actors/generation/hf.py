@@ -57,13 +57,39 @@ class HFBackend:
             if self.free_memory:  # the KV cache went with the call: give its memory back to the GPU
                 torch.cuda.empty_cache()
 
-    def _generate(self, prompts, n, max_new_tokens, temperature, top_p, top_k, greedy, next_token, stop) -> Samples:
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        mask = enc["attention_mask"]
-        prompt_ids = [row[m.bool()].numpy().astype(np.int32) for row, m in zip(enc["input_ids"], mask)]
+    @torch.no_grad()
+    def generate_ids(self, prompt_ids: list[np.ndarray], max_new_tokens: int, temperature: float = 1.0,
+                     top_p: float = 1.0, top_k: int = 0, greedy: bool = False, stop: list[str] = ()) -> Samples:
+        """One sample per prompt given as token ids (token-in/token-out: multi-turn episodes extend
+        their contexts by ids and are never re-tokenised)."""
+        try:
+            return self._generate(None, 1, max_new_tokens, temperature, top_p, top_k, greedy, None, stop,
+                                  ids=prompt_ids)
+        finally:
+            if self.free_memory:
+                torch.cuda.empty_cache()
+
+    def _encode(self, prompts: list[str] | None, ids: list[np.ndarray] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded input ids and attention mask, from texts or from token ids."""
+        if ids is None:
+            enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            return enc["input_ids"], enc["attention_mask"]
+        width = max(len(p) for p in ids)
+        input_ids = torch.full((len(ids), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for i, p in enumerate(ids):
+            if len(p):
+                input_ids[i, width - len(p):] = torch.as_tensor(np.asarray(p, dtype=np.int64))
+                mask[i, width - len(p):] = 1
+        return input_ids, mask
+
+    def _generate(self, prompts, n, max_new_tokens, temperature, top_p, top_k, greedy, next_token, stop,
+                  ids: list[np.ndarray] | None = None) -> Samples:
+        input_ids, mask = self._encode(prompts, ids)
+        prompt_ids = [row[m.bool()].numpy().astype(np.int32) for row, m in zip(input_ids, mask)]
         dev, model = self.device, self.model
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=enc["input_ids"].to(dev), attention_mask=mask.to(dev),
+        out = model(input_ids=input_ids.to(dev), attention_mask=mask.to(dev),
                     position_ids=positions.to(dev), use_cache=True, **last_logits_kwargs(model))
         cache = output_cache(out)
         if n > 1:

@@ -59,9 +59,27 @@ class VLLMBackend:
                                       "use rollout.backend=hf for laser rewards")
         enc = self.tokenizer(prompts, add_special_tokens=False)
         prompt_ids = [np.asarray(ids, dtype=np.int32) for ids in enc["input_ids"]]
+        return self._generate(prompt_ids, n, max_new_tokens, temperature, top_p, top_k, greedy, stop)
+
+    def generate_ids(self, prompt_ids: list[np.ndarray], max_new_tokens: int, temperature: float = 1.0,
+                     top_p: float = 1.0, top_k: int = 0, greedy: bool = False, stop: list[str] = ()) -> Samples:
+        """One sample per prompt given as token ids. A multi-turn episode's next turn sends its whole
+        context again; vLLM's prefix cache (on: vllm_adapter.Engine) finds the earlier turns' blocks
+        by their token ids, so only the new tokens are computed."""
+        return self._generate([np.asarray(p, dtype=np.int32) for p in prompt_ids], 1, max_new_tokens,
+                              temperature, top_p, top_k, greedy, stop, each=True)
+
+    def _generate(self, prompt_ids: list[np.ndarray], n: int, max_new_tokens: int, temperature: float,
+                  top_p: float, top_k: int, greedy: bool, stop, each: bool = False) -> Samples:
         # The seed comes from torch's generator, which the Generator seeds per request (`seq`): a
-        # retried request draws the same samples.
-        seed = None if greedy else int(torch.randint(0, 2**31 - 1, ()).item())
+        # retried request draws the same samples. One sample per context (episodes): one seed each,
+        # so the n episodes of a row, whose first contexts are the same, draw differently.
+        if greedy:
+            seed = None
+        elif each:
+            seed = torch.randint(0, 2**31 - 1, (len(prompt_ids),)).tolist()
+        else:
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
         groups = self.engine.generate([p.tolist() for p in prompt_ids], n=n, max_tokens=max_new_tokens,
                                       temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy,
                                       stop_token_ids=self.eos_ids, seed=seed, stop=stop)

@@ -95,18 +95,23 @@ class Engine:
         the one completing it, their log-probs trimmed alike (OutputProcessor._trim_surplus_tokens),
         and cuts the text before it (include_stop_str_in_output=False, the default)."""
         vllm = import_vllm()
-        params = vllm.SamplingParams(
-            n=n, max_tokens=max_tokens, temperature=0.0 if greedy else temperature,
-            top_p=1.0 if greedy else top_p, top_k=0 if greedy else top_k, seed=seed,
-            stop_token_ids=stop_token_ids, ignore_eos=False, logprobs=0, detokenize=bool(stop),
-            stop=list(stop), include_stop_str_in_output=False,
-            # the text is matched as coevo decodes responses: special tokens dropped
-            skip_special_tokens=True)
-        return [vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params
+
+        def params(one_seed):
+            return vllm.SamplingParams(
+                n=n, max_tokens=max_tokens, temperature=0.0 if greedy else temperature,
+                top_p=1.0 if greedy else top_p, top_k=0 if greedy else top_k, seed=one_seed,
+                stop_token_ids=stop_token_ids, ignore_eos=False, logprobs=0, detokenize=bool(stop),
+                stop=list(stop), include_stop_str_in_output=False,
+                # the text is matched as coevo decodes responses: special tokens dropped
+                skip_special_tokens=True)
+
+        prompts = [vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
+        # a list of seeds: one SamplingParams per prompt (episodes: one sample per context, each its own draw)
+        return prompts, ([params(s) for s in seed] if isinstance(seed, list) else params(seed))
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int, temperature: float,
                  top_p: float, top_k: int, greedy: bool, stop_token_ids: list[int],
-                 seed: int | None, stop: list[str] = ()) -> list[list[Completion]]:
+                 seed, stop: list[str] = ()) -> list[list[Completion]]:
         """n completions per prompt (vLLM forks a request into n children that share the prompt's
         cached blocks)."""
         prompts, params = self.request(prompt_ids, n, max_tokens, temperature, top_p, top_k, greedy,

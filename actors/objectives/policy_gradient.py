@@ -53,15 +53,18 @@ class PolicyGradient(Objective):
         groups = torch.from_numpy(B.group_index(table))
         old_lp, _ = B.to_padded(table.column("behavior_logprobs"), 0.0, torch.float32)
         ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
+        # the tokens that train: every response token, or in multi-turn episodes the policy's only
+        # (r_mask stays the layout: which tokens exist, packed or padded)
+        l_mask = B.loss_mask(table) if "loss_mask" in table.schema.names else r_mask
         adv, _ = B.to_padded(table.column("advantages"), 0.0, torch.float32, width=r_mask.shape[1])
         active = torch.ones(table.num_rows, dtype=torch.bool)
         if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
             active &= torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
-        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, old_lp=old_lp, adv=adv,
-                    groups=groups, p_width=p_width)
+        data = dict(ids=ids, mask=mask, positions=positions, r_ids=r_ids, r_mask=r_mask, l_mask=l_mask, old_lp=old_lp,
+                    adv=adv, groups=groups, p_width=p_width)
         # Rows whose advantage is 0 at every token carry no policy gradient; without a KL term their
         # forward/backward is wasted work. The token-mean still counts their tokens (unchanged update).
-        needed = active & ((adv != 0) & r_mask).any(dim=1)
+        needed = active & ((adv != 0) & l_mask).any(dim=1)
         if not (algo.skip_uniform_groups and lrn.reference is None and algo.entropy_coef == 0):
             needed = active
         for rider in self.riders():
@@ -86,7 +89,7 @@ class PolicyGradient(Objective):
         lrn.version += 1
         if dump_path:  # the batch as trained, advantages included
             B.dump_parquet(table, dump_path)
-        out = rl_metrics(lrn, table, groups, sums, old_lp, r_mask, norms, skipped)
+        out = rl_metrics(lrn, table, groups, sums, old_lp, l_mask, norms, skipped)
         for rider in self.riders():
             out.update(rider.metrics(sums, len(norms)))
         out["train/rows_computed_frac"] = computed / max(n, 1)
@@ -172,7 +175,7 @@ class PolicyGradient(Objective):
 
         lrn, dev, p_width = self.learner, self.learner.device, d["p_width"]
         kl_estimator = KL_ESTIMATORS.get(lrn.algo.kl_estimator)
-        row_w = self._row_weights(rows, d["r_mask"])
+        row_w = self._row_weights(rows, d["l_mask"])
         # Zeros, not None: AdamW skips a parameter whose grad is None, but a zero gradient still moves
         # it through momentum, which is what the same update without skipped rows would do.
         lrn.optimizer.zero_grad(set_to_none=False)
@@ -203,7 +206,7 @@ class PolicyGradient(Objective):
         # recomputes layers there, and a recomputed layer looks its attention kernel up again
         with attention.packed(lrn.model) if lrn.packing else contextlib.nullcontext():
             for mb, real in lrn.ranks.micro_batches(lrn.plan_micro_batches(own, d), None, compute):
-                m = d["r_mask"][mb].to(dev).float()
+                m = d["l_mask"][mb].to(dev).float()  # the loss mask: policy tokens only
                 fwd = self._forward(lrn.model, d, mb, entropy=lrn.algo.entropy_coef > 0, tail=after)
                 logp, tail = fwd["logp"], fwd["tail"] if after else None
                 if real:  # the FLOP count's inputs (summed over ranks with the other sums)
@@ -256,10 +259,10 @@ class PolicyGradient(Objective):
             lrn.optimizer.zero_grad(set_to_none=True)
             lrn.skipped_steps += 1
             log.warning("non-finite loss or gradient (loss=%s, grad_norm=%s): step skipped (%d so far)",
-                        part["loss"] / max(float(d["r_mask"][rows].sum()), 1.0), float(grad_norm), lrn.skipped_steps)
+                        part["loss"] / max(float(d["l_mask"][rows].sum()), 1.0), float(grad_norm), lrn.skipped_steps)
         part = lrn.ranks.sum(part)
         # rows that were not computed had is_weight 1 in effect
-        part["is_weight"] += float(d["r_mask"][rows[~needed[rows]]].sum())
+        part["is_weight"] += float(d["l_mask"][rows[~needed[rows]]].sum())
         for k, v in part.items():
             sums[k] = sums.get(k, 0.0) + v
         return finite, float(grad_norm), len(compute)

@@ -23,25 +23,45 @@ class SFT(Objective):
         """Prompt + reference answer + EOS per row, right-padded as one sequence: the padding follows
         every real token, so causal attention needs no mask (SDPA's causal path, about 5 % faster a
         step here) and the default positions are right. Returns inputs [B, T-1] and their next-token
-        targets [B, T-1], -100 outside the answers. Token ids are cached: the warm-up revisits prompts."""
+        targets [B, T-1], -100 outside the answers. Token ids are cached: the warm-up revisits prompts.
+        With an environment (env.name), the answer is the environment's demonstrated episode
+        (actors/envs/demos.py) and only its policy tokens are targets, never its observations."""
         self.require(prompts)
         tok, cache = self.learner.tokenizer, self._token_cache
         if len(cache) > 500_000:  # a huge SFT set: bound the memory, not the speed-up
             cache.clear()
-        target = "solution" if "solution" in prompts.schema.names else "answer"
-        texts = prompts.column("prompt").to_pylist() + [str(a) for a in prompts.column(target).to_pylist()]
-        missing = list({t for t in texts if t not in cache})
-        if missing:
-            cache.update(zip(missing, tok(missing, add_special_tokens=False)["input_ids"]))
         n, eos = prompts.num_rows, self.learner.answer_end_id
-        seqs = [(cache[texts[i]], cache[texts[n + i]] + [eos]) for i in range(n)]
-        width = max(len(p) + len(a) for p, a in seqs)
+        if self.learner.config.env.name is not None:
+            seqs = self._demonstrations(prompts)
+        else:
+            target = "solution" if "solution" in prompts.schema.names else "answer"
+            texts = prompts.column("prompt").to_pylist() + [str(a) for a in prompts.column(target).to_pylist()]
+            missing = list({t for t in texts if t not in cache})
+            if missing:
+                cache.update(zip(missing, tok(missing, add_special_tokens=False)["input_ids"]))
+            seqs = [(cache[texts[i]], cache[texts[n + i]] + [eos], None) for i in range(n)]
+        width = max(len(p) + len(a) for p, a, _ in seqs)
         ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
         targets = torch.full((n, width), -100, dtype=torch.long)
-        for i, (p, a) in enumerate(seqs):
+        for i, (p, a, own) in enumerate(seqs):
             ids[i, :len(p) + len(a)] = torch.tensor(p + a)
-            targets[i, len(p) - 1:len(p) + len(a) - 1] = torch.tensor(a)
+            answer = torch.tensor(a)
+            if own is not None:  # an episode: the observations are context, not targets
+                answer = torch.where(torch.tensor(own), answer, torch.full_like(answer, -100))
+            targets[i, len(p) - 1:len(p) + len(a) - 1] = answer
         return ids[:, :-1], targets[:, :-1]
+
+    def _demonstrations(self, prompts: pa.Table) -> list[tuple[list[int], list[int], list[bool]]]:
+        """(prompt ids, episode ids, policy-token mask) per row, cached by prompt."""
+        from actors.envs.demos import demonstrations
+
+        cache, keys = self._token_cache, [("demo", p) for p in prompts.column("prompt").to_pylist()]
+        missing = sorted({i for i, k in enumerate(keys) if k not in cache}, key=lambda i: keys[i])
+        if missing:
+            rows = prompts.take(pa.array(missing))
+            for i, ep in zip(missing, demonstrations(self.learner.config, self.learner.tokenizer, rows)):
+                cache[keys[i]] = (ep.prompt_ids.tolist(), ep.ids, ep.mask)
+        return [cache[k] for k in keys]
 
     def step(self, prompts: pa.Table, optimizer: torch.optim.Optimizer) -> dict[str, float]:
         lrn = self.learner

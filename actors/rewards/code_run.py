@@ -36,25 +36,39 @@ def run_test(python: str, payload: dict, checks: list, layers: dict, wall_s: flo
              memory_mb: float, max_output: int, file_mb: float) -> tuple[bool, str | None, bool]:
     """Run one test in a fresh process: (passed, why not, whether the code ran and the test
     statements started). `layers`: code_child.check's result (the layers to apply)."""
+    seen = run_confined(python, ["-c", HARNESS],
+                        lambda fd: json.dumps({**payload, "fd": fd, "audit": audit_hook_on()}).encode(),
+                        layers, wall_s, cpu_s, memory_mb, max_output, file_mb)
+    return verdict(seen, checks, wall_s, cpu_s, memory_mb, max_output)
+
+
+def run_confined(python: str, args: list[str], stdin, layers: dict, wall_s: float, cpu_s: float,
+                 memory_mb: float, max_output: int, file_mb: float, keep: int = 2000) -> dict:
+    """Run `python -I -S -B *args` in a fresh directory under every kernel layer of `layers`
+    (code_child.check's result), feed it `stdin(fd)` (bytes; `fd` is the number of a private pipe
+    the process may report on), and watch it from outside: wall time, output cap, its whole process
+    group killed after. Returns what was seen: exit status `code`, the private pipe's bytes
+    `result`, the last `keep` bytes of stdout+stderr `tail`, `timed_out`, `over` (the output cap).
+    The one runner of untrusted code: code_tests' test processes and the environments' Python tool
+    (actors/rewards/code_exec.py)."""
     directory = tempfile.mkdtemp(prefix="code-")
     r_fd, w_fd = os.pipe()
-    data = json.dumps({**payload, "fd": w_fd, "audit": audit_hook_on()}).encode()
+    data = stdin(w_fd)
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": directory,
            "TMPDIR": directory}
     abi = layers["landlock_abi"] if "landlock_fs" in layers["holds"] else 0
     rules = code_child.read_rules(python) if abi else None
-    args = (os.getpid(), directory, int(memory_mb * 2**20), max(1, round(cpu_s)), int(file_mb * 2**20),
-            abi, layers["seccomp"], rules)
+    limits = (os.getpid(), directory, int(memory_mb * 2**20), max(1, round(cpu_s)), int(file_mb * 2**20),
+              abi, layers["seccomp"], rules)
     proc = None
     try:
         proc = subprocess.Popen(
-            [python, "-I", "-S", "-B", "-c", HARNESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [python, "-I", "-S", "-B", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, cwd=directory, env=env, pass_fds=(w_fd,), start_new_session=True,
-            bufsize=0, preexec_fn=lambda: code_child.apply(*args))
+            bufsize=0, preexec_fn=lambda: code_child.apply(*limits))
         os.close(w_fd)
         w_fd = -1
-        seen = _watch(proc, data, r_fd, wall_s, max_output)
-        return verdict(seen, checks, wall_s, cpu_s, memory_mb, max_output)
+        return _watch(proc, data, r_fd, wall_s, max_output, keep)
     finally:
         if proc is not None:
             if proc.returncode is None:  # not reaped yet (an error on the way): its group goes
@@ -95,7 +109,7 @@ def _clean(raw: bytes, n: int = 300) -> str:
     return text if len(text) <= n else text[:n] + "..."
 
 
-def _watch(proc, data: bytes, r_fd: int, wall_s: float, max_output: int) -> dict:
+def _watch(proc, data: bytes, r_fd: int, wall_s: float, max_output: int, keep: int = 2000) -> dict:
     """Feed the payload, read the output (capped) and the private result pipe, until the process
     exits, the wall limit passes or the output cap is crossed; then kill its group. What the parent
     saw: exit status, the result pipe's bytes, timed out, over the output cap."""
@@ -124,7 +138,7 @@ def _watch(proc, data: bytes, r_fd: int, wall_s: float, max_output: int) -> dict
             result += chunk[:max(0, MAX_RESULT - len(result))]
         else:
             output += len(chunk)
-            tail = (tail + chunk)[-2000:]
+            tail = (tail + chunk)[-keep:]
 
     try:
         while not _exited(proc.pid):

@@ -54,6 +54,22 @@ class SFTWarmup(Stage):
         return await warm_up(ctx, out_dir)
 
 
+def warmup_prompts(ctx):
+    """The warm-up's prompt splits: warmup.data's task where it is set, else the run's."""
+    from orchestrator.data import load_prompts
+
+    cfg = ctx.config
+    return ctx.prompts if cfg.warmup.data is None else load_prompts(cfg.warmup.data, cfg.seed)
+
+
+def warmup_columns(config, table) -> list[str]:
+    """Prompts and answers only (pairs, data.analogs, must not change the warm-up's batches); with an
+    environment, also the columns its episodes read (kv_store's `store`, ...)."""
+    if config.env.name is None:  # with the worked `solution` where the data has one: the SFT target
+        return [c for c in ("prompt", "answer", "solution") if c in table.schema.names]
+    return [c for c in table.schema.names if c not in ("pair_id", "labelled")]
+
+
 def _model_text(config) -> str:
     return f"model.path={config.model.path}" if config.model.path else "the freshly built tiny model"
 
@@ -69,8 +85,10 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     learner = ctx.pools["policy_learner"]
     channel = Channel("policy", learner, [ctx.pools["generator"]])
     started = time.perf_counter()
+    data = warmup_prompts(ctx)  # warmup.data's task where it is set, else the run's
+    own = None if cfg.data is None else data.eval
     # the generators hold the model as given: its greedy accuracy decides whether it is trained at all
-    before = (await greedy_accuracy(ctx))["eval/accuracy"]
+    before = (await greedy_accuracy(ctx, own))["eval/accuracy"]
     model = _model_text(ctx.config)
     if before >= cfg.target_accuracy:
         ctx.progress.print(f"warm-up (SFT): skipped: {model} has held-out greedy accuracy {before:.3f} >= "
@@ -91,12 +109,10 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                f"{cfg.target_accuracy} (warmup.target_accuracy), checked every {cfg.eval_every} steps, at most "
                f"{cfg.max_steps} steps of {cfg.batch_size} prompts; cached, so later runs with the same model, data "
                "and warm-up settings skip it")
-    # prompts and answers only: pairs (data.analogs) must not change the warm-up's batches
-    # (with the worked `solution` where the data has one: the SFT target)
-    columns = [c for c in ("prompt", "answer", "solution") if c in ctx.prompts.train.schema.names]
-    sampler = PromptSampler(ctx.prompts.train.select(columns), seed=ctx.config.seed + 1)
+    columns = warmup_columns(ctx.config, data.train)
+    sampler = PromptSampler(data.train.select(columns), seed=ctx.config.seed + 1)
     steps, accuracy, loss = 0, before, float("nan")
-    held_out = ctx.prompts.eval.select([c for c in columns if c in ctx.prompts.eval.schema.names])
+    held_out = data.eval.select([c for c in columns if c in data.eval.schema.names])
     while steps < cfg.max_steps:
         stop_if_requested(ctx, "SFT warm-up", steps)
         block = min(cfg.eval_every, cfg.max_steps - steps)
@@ -109,7 +125,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         accuracy = exact
         if exact >= cfg.target_accuracy or steps >= cfg.max_steps:
             await channel.publish(0)
-            accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
+            accuracy = (await greedy_accuracy(ctx, None if cfg.data is None else data.eval))["eval/accuracy"]
         kind = "greedy acc" if accuracy is not exact else "exact answers"
         progress.update(steps, f"loss {loss:.3f}  {kind} {accuracy:.3f} (target {cfg.target_accuracy})")
         if accuracy >= cfg.target_accuracy:
@@ -118,6 +134,11 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     await learner.call("end_warmup", table=False)
     info = {"warmup/steps": steps, "warmup/accuracy": accuracy, "warmup/accuracy_before": before, "warmup/loss": loss,
             "warmup/time_s": time.perf_counter() - started, "warmup/reached_target": accuracy >= cfg.target_accuracy}
+    if cfg.data is not None:  # warmed up on another task: the run's own task, measured once
+        info["warmup/data_accuracy"] = accuracy
+        info["warmup/accuracy"] = (await greedy_accuracy(ctx))["eval/accuracy"]
+        ctx.progress.print(f"warm-up: {accuracy:.3f} on its own task (warmup.data), {info['warmup/accuracy']:.3f} on "
+                           "the run's task")
     if not info["warmup/reached_target"]:
         ctx.progress.print(f"[yellow]warning:[/] warm-up stopped at warmup.max_steps={cfg.max_steps} with "
                            f"accuracy {accuracy:.3f} < target {cfg.target_accuracy}; RL starts from there")
