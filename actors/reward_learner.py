@@ -98,14 +98,7 @@ class RewardLearner(Trainable):
 
         label = table.column(B.REWARD_PREFIX + self.label_source).to_numpy(zero_copy_only=False).astype(np.float64)
         correct = np.where(np.isnan(label), np.nan, (label >= self.rm.label_threshold).astype(np.float64))
-        scores = None
-        if selection == "hardest":
-            column = B.REWARD_PREFIX + self.source
-            if column in table.schema.names:
-                scores = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
-            else:
-                with torch.no_grad():
-                    scores = self._scores(self._rollout_texts(table)).cpu().numpy().astype(np.float64)
+        scores = self.current_scores(table) if selection == "hardest" else None
         chosen, rejected, stats = labelled_pairs(B.group_index(table), correct, scores, selection=selection,
                                                  pairs_per_group=self.rm.pairs_per_group, rng=self.rng)
         extra = {}
@@ -114,6 +107,18 @@ class RewardLearner(Trainable):
         take = lambda name, idx: table.column(name).take(pa.array(idx, pa.int64())).to_pylist()  # noqa: E731
         pairs = B.pair_table(take("prompt", chosen), take("response", chosen), take("response", rejected), extra)
         return pairs, stats
+
+    def current_scores(self, table: pa.Table) -> np.ndarray:
+        """The reward model's scores of a batch: its `reward.<source>` column where the reward-model
+        actors scored it at this version, else computed here (also where the credit step dropped
+        every value: orchestrator/judge_credit.py's guard, while the model is at chance)."""
+        column = B.REWARD_PREFIX + self.source
+        if column in table.schema.names:
+            scores = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
+            if not np.isnan(scores).all():
+                return scores
+        with torch.no_grad():
+            return self._scores(self._rollout_texts(table)).cpu().numpy().astype(np.float64)
 
     def _rollout_texts(self, table: pa.Table) -> list[str]:
         answers = table.column("answer").cast(pa.string()).to_pylist() if "answer" in table.schema.names else None
@@ -136,15 +141,10 @@ class RewardLearner(Trainable):
     def _agreement(self, table: pa.Table) -> dict:
         """How the reward model's current scores order this batch's verifier-labelled responses:
         the fraction of (correct, wrong) pairs within a group it ranks correctly (before any update)."""
-        column = B.REWARD_PREFIX + self.source
         label_col = B.REWARD_PREFIX + self.label_source
         if label_col not in table.schema.names:
             return {}
-        if column in table.schema.names:  # scored by the reward-model actors at this version
-            scores = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
-        else:
-            with torch.no_grad():
-                scores = self._scores(self._rollout_texts(table)).cpu().numpy().astype(np.float64)
+        scores = self.current_scores(table)
         label = table.column(label_col).to_numpy(zero_copy_only=False).astype(np.float64)
         groups = B.group_index(table)
         right = total = 0

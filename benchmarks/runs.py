@@ -31,10 +31,11 @@ def coevo_command() -> list[str]:
 
 
 def warm_checkpoint(explicit: str | None, work: Path, warmup_target: float | None = None,
-                    warmup_every: int | None = None) -> tuple[Path, dict]:
-    """The warm start: `--warm DIR`, else the default recipe's cached warm-up (made once if missing),
-    optionally with another `warmup.target_accuracy` and `warmup.eval_every` (checking every step
-    lands nearer the target: the SFT ramp gains up to 0.1 in 5 steps)."""
+                    warmup_every: int | None = None, recipe: str | None = None) -> tuple[Path, dict]:
+    """The warm start: `--warm DIR`, else the cached warm-up of the default recipe (or of `recipe`,
+    a pipelines/ YAML name: its task), made once if missing, optionally with another
+    `warmup.target_accuracy` and `warmup.eval_every` (checking every step lands nearer the target:
+    the SFT ramp gains up to 0.1 in 5 steps)."""
     if explicit:
         path = Path(explicit).expanduser().resolve()
         if not (path / "config.json").is_file():
@@ -46,13 +47,14 @@ def warm_checkpoint(explicit: str | None, work: Path, warmup_target: float | Non
 
     overrides = ([] if warmup_target is None else [f"warmup.target_accuracy={warmup_target}"]) + \
         ([] if warmup_every is None else [f"warmup.eval_every={warmup_every}"])
-    config = load_config(None, overrides)
+    config = load_config(recipe, overrides)
     path, info = cached(config)
     if path is None:
-        print(f"warm checkpoint {cache_path(config)} missing: running the default warm-up once "
-              f"(coevo run train.max_steps=1 {' '.join(overrides)})", file=sys.stderr, flush=True)
+        print(f"warm checkpoint {cache_path(config)} missing: running the warm-up once "
+              f"(coevo run {recipe or ''} train.max_steps=1 {' '.join(overrides)})", file=sys.stderr, flush=True)
         log = work / "warmup.log"
-        cmd = [*coevo_command(), "run", "train.max_steps=1", *overrides, "--output-dir", str(work / "warmup-run")]
+        cmd = [*coevo_command(), "run", *([recipe] if recipe else []), "train.max_steps=1", *overrides,
+               "--output-dir", str(work / "warmup-run")]
         with log.open("w") as f:
             rc = subprocess.run(cmd, cwd=ROOT, env=offline_env(), stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL).returncode
@@ -62,12 +64,13 @@ def warm_checkpoint(explicit: str | None, work: Path, warmup_target: float | Non
     return Path(path), info
 
 
-def export_splits(work: Path) -> tuple[Path, Path, dict]:
-    """The default task's train and held-out splits as JSONL (prompt, answer), read by both sides."""
+def export_splits(work: Path, recipe: str | None = None) -> tuple[Path, Path, dict]:
+    """The default task's (or `recipe`'s) train and held-out splits as JSONL (prompt, answer), read
+    by both sides."""
     from orchestrator.config import load_config
     from orchestrator.data import load_prompts
 
-    config = load_config()
+    config = load_config(recipe)
     prompts = load_prompts(config.data, config.seed)
     paths = {}
     for split in ("train", "eval"):

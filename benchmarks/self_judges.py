@@ -1,20 +1,33 @@
-"""The policy as its own judge, trained online (SPARK's pointwise, pairwise and reflective modes; SPC
-when a recipe `spc` is registered) against GRPO on the same budget of steps, with the verifier
-withheld from the policy's reward on most prompts (`verifier.fraction`, as the Cooper experiment):
-SPARK's judge rewards the unlabelled prompts (`aggregate.fill`), GRPO gets nothing there.
+"""Self-judging where labels are scarce (issue 32): the verifier labels a fraction f of the training
+prompts (`verifier.fraction`); the baseline is GRPO on the labelled prompts only (the others give it
+no reward); each self-judging or co-evolving recipe may also use the unlabelled prompts through its
+judge (`aggregate.fill: {<verifier>: <judge>}`; self_rewarding pairs them by its judge). Same warm
+start per task (the task's cached SFT warm-up), same exported train and held-out files, same steps of
+the same batch shape; the seed changes sampling and prompt order only.
 
-    python benchmarks/self_judges.py                                  # every recipe, seeds 0 1 2
-    python benchmarks/self_judges.py --recipes grpo spark_pairwise --seeds 0 --steps 20 --label _smoke
-    python benchmarks/self_judges.py -- algorithm.lr=2e-4             # overrides for every run
+    python benchmarks/self_judges.py --task sorting --fractions 0.1 0.25          # every recipe, seeds 0 1 2
+    python benchmarks/self_judges.py --task sorting --recipes grpo spark --seeds 0 --steps 10 --label _smoke
+    python benchmarks/self_judges.py --task sorting --recipes spark --credit raw calibrated gated spread
+    python benchmarks/self_judges.py --gap --task sorting                          # the verification gap only
+    python benchmarks/self_judges.py --task sorting --report --label _x             # table from the raw file
 
-Every run starts from the same warm checkpoint (the default recipe's cached SFT warm-up) on the same
-exported train and held-out files; the seed changes sampling and prompt order only. Runs are
-interleaved (every recipe for seed 0, then seed 1, ...). Reported: held-out greedy accuracy (the
-verifier's), the judge's AUROC against the verifier on sampled responses to held-out prompts
-(`eval/judge_auroc`) and on each batch's labelled rows (`spark/batch_auroc`), wall time and the
-machine's load. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every run),
-plot: benchmarks/results/raw/self_judges<label>.png; the table goes to its section of the summary
-benchmarks/results/self_judges.md.
+Recipes (each the shipped YAML's recipe with the scarce-label reward; `--credit` picks how judge
+rewards enter the advantage, orchestrator/judge_credit.py):
+  grpo              the baseline: the verifier's reward where it labels, nothing elsewhere
+  self_judged_grpo  + the policy's own judgment (judging warm-up on labelled samples) elsewhere
+  grpo_after_judge_warmup  the control: self_judged_grpo's warm-up and start, its judge not used (no fill)
+  spark             + its judge, also trained online on the labelled rollouts (pointwise)
+  laser             + LaSeR's last-token self-reward (its self-verification warm-up, labelled prompts)
+  cooper            + a reward model (warm-up on labelled pairs) trained online on labelled pairs
+  self_rewarding    DPO iterations on pairs: labels where they exist, the judge elsewhere
+  spc               + the SPC critic (judging warm-up; trained on the game and the policy's labelled errors)
+
+Judging warm-ups see only the labelled prompts, and their task share repeats the policy's own greedy
+answers (`judge.warmup_task=own`), so no warm-up teaches the task: each recipe's warm start (after
+its warm-ups) is reported beside the SFT warm start. `--gap` measures the verification gap alone:
+the judge's held-out AUROC after its warm-up against the policy's held-out accuracy, at equal
+labelled data. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every
+run); the tables go to their section of benchmarks/results/self_judges.md.
 """
 
 from __future__ import annotations
@@ -23,41 +36,66 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coevolve import coevo, evals, median_range, save_plot  # noqa: E402
+from coevolve import coevo, evals, median_range  # noqa: E402
 from summary import raw_path, write as write_summary  # noqa: E402
 
-JUDGE_REWARDS = "rewards=[{name: integer_match}, {name: judge, judge: true, weight: 0}]"
-# recipe -> (config file, overrides): the verifier where it labelled the prompt, else nothing (GRPO)
-# or the policy's own judgment (SPARK)
-RECIPES = {
-    "grpo": ("grpo_addition", ["rewards=[{name: integer_match}]", "algorithm.advantage=grpo"]),
-    **{f"spark_{mode}": ("spark", [f"spark.mode={mode}", JUDGE_REWARDS, "aggregate.fill={integer_match: judge}"])
-       for mode in ("pointwise", "pairwise", "reflective")},
-    "spc": ("spc", []),  # another recipe's own config; it reports the same eval/judge_auroc
+TASKS = {  # the task's recipe file (its data, warm-up), verifier and answer length
+    "sorting": {"config": "grpo_sorting", "verifier": "sorted_digits", "max_new_tokens": 7},
+    "addition": {"config": "grpo_addition", "verifier": "integer_match", "max_new_tokens": 5},
 }
+CREDIT = {  # how judge rewards enter the advantage (orchestrator/judge_credit.py)
+    "raw": [],
+    "calibrated": ["judge_credit.confidence=calibrated"],
+    "gated": ["judge_credit.confidence=gated"],
+    "spread": ["judge_credit.min_spread=0.2"],
+    "guard": ["judge_credit.min_auroc=0.6"],
+    "calibrated_guard": ["judge_credit.confidence=calibrated", "judge_credit.min_auroc=0.6"],
+}
+CONTROL = "grpo_after_judge_warmup"  # GRPO on the labelled prompts from the judging warm-up's start
+JUDGES = ("self_judged_grpo", "spark", "spc", "self_rewarding")  # the recipes with a judging warm-up
 
 
-def common(args, seed: int, warm: Path, train: Path, eval_: Path) -> list[str]:
+def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
+    """recipe -> (config file, overrides) in the scarce-label regime, `v` the task's verifier."""
+    judge = f"rewards=[{{name: {v}}}, {{name: judge, judge: true, weight: 0}}]"
+    warm = [f"judge.warmup_steps={args.judge_warmup}", "judge.warmup_task=own"]
+    return {
+        "grpo": ("grpo_addition", [f"rewards=[{{name: {v}}}]"]),
+        "self_judged_grpo": ("self_judged_grpo", [judge, f"aggregate.fill={{{v}: judge}}", f"verifier.accuracy_source={v}",
+                                                  *warm]),
+        # the control: self_judged_grpo's judging warm-up, then GRPO on the labelled prompts alone
+        "grpo_after_judge_warmup": ("self_judged_grpo", [judge, f"verifier.accuracy_source={v}", *warm]),
+        "spark": ("spark", [judge, f"aggregate.fill={{{v}: judge}}", *warm, f"spark.eval_prompts={args.eval_prompts}"]),
+        "laser": ("laser", [f"rewards=[{{name: {v}}}, {{name: self, laser: true, weight: 0}}]",
+                            f"aggregate.fill={{{v}: self}}", f"verifier.accuracy_source={v}",
+                            f"laser.warmup_steps={args.laser_warmup}", "laser.warmup_nll=0.0",
+                            f"laser.eval_prompts={args.eval_prompts}"]),
+        "cooper": ("cooper", [f"rewards=[{{name: {v}}}, {{name: rm, model: auto, weight: 0}}]",
+                              f"aggregate.fill={{{v}: rm}}", f"verifier.accuracy_source={v}",
+                              f"reward_model.warmup_steps={args.rm_warmup}"]),
+        "self_rewarding": ("self_rewarding", [judge, f"verifier.accuracy_source={v}", "iterations.labels=true", *warm,
+                                              f"iterations.prompts={args.prompts * args.steps // 3}", "iterations.iterations=3",
+                                              "train.max_steps=100000"]),
+        "spc": ("spc", [f"rewards=[{{name: {v}}}, {{name: critic, judge: true, weight: 0}}]",
+                        f"aggregate.fill={{{v}: critic}}", *warm, "spc.policy_items=32"]),
+    }
+
+
+def common(args, task: dict, seed: int, fraction: float, warm: Path, train: Path, eval_: Path) -> list[str]:
     """What every recipe shares: the warm checkpoint, files, batch shape, optimiser and budget."""
     return [f"seed={seed}", "data.task=null", f"data.path={train}", f"data.eval_path={eval_}",
             "data.prompt_template='{prompt}'", f"model.path={warm}", "warmup.enabled=false",
-            f"rollout.prompts_per_step={args.prompts}", "rollout.samples_per_prompt=8", "rollout.max_new_tokens=5",
-            "algorithm.advantage=grpo", "algorithm.lr=1.0e-4", "algorithm.kl_coef=0.0",
-            f"verifier.fraction={args.fraction}", f"train.max_steps={args.steps}",
-            f"train.eval_every={args.eval_every}", "train.stop_at_accuracy=null", "train.checkpoint_every=0"]
-
-
-def available(name: str) -> bool:
-    from orchestrator.recipes import RECIPES as REGISTERED
-
-    recipe = name.split("_")[0]
-    return recipe in REGISTERED.names() and (Path(__file__).resolve().parents[1] / "pipelines" /
-                                             f"{RECIPES[name][0]}.yaml").is_file()
+            f"rollout.prompts_per_step={args.prompts}", "rollout.samples_per_prompt=8",
+            f"rollout.max_new_tokens={task['max_new_tokens']}", "algorithm.advantage=grpo", "algorithm.lr=1.0e-4",
+            "algorithm.kl_coef=0.0", f"verifier.fraction={fraction}", f"train.max_steps={args.steps}",
+            f"train.eval_every={args.eval_every}", "train.stop_at_accuracy=null", "train.checkpoint_every=0",
+            f"train.threads={args.threads}", f"ray.num_cpus={args.cpus}"]
 
 
 def isolate_ray() -> None:
@@ -68,117 +106,178 @@ def isolate_ray() -> None:
     os.environ.update({"RAY_TMPDIR": tempfile.mkdtemp(prefix="sj-", dir="/tmp"), "RAY_USAGE_STATS_ENABLED": "0"})
 
 
+def start_accuracy(run: dict) -> float | None:
+    """The policy's held-out accuracy where RL began (the run's warm start, after its last warm-up),
+    else after its judging or LaSeR warm-up, else the SFT warm start."""
+    s = run["summary"]
+    for key in ("warm_start/accuracy", "judge_warmup/accuracy_after", "laser_warmup/accuracy_after"):
+        if s.get(key) is not None:
+            return s[key]
+    return s.get("warm_start/accuracy", run.get("sft_accuracy"))
+
+
 def summarise(run: dict) -> dict:
-    rows = run["rows"]
+    rows, s = run["rows"], run["summary"]
     acc = evals(rows)
-    auroc = [(s, a) for s, _, a in evals(rows, "eval/judge_auroc")]
-    batch = [r["spark/batch_auroc"] for r in rows if r.get("spark/batch_auroc") is not None]
-    return {"final_accuracy": acc[-1][2] if acc else None, "best_accuracy": max((a for *_, a in acc), default=None),
-            "judge_auroc_first": auroc[0][1] if auroc else None, "judge_auroc_last": auroc[-1][1] if auroc else None,
-            "batch_auroc_last10": sum(batch[-10:]) / len(batch[-10:]) if batch else None,
-            "wall_s": run["wall_s"], "train_s": run["summary"].get("time/train_s"), "load_avg": run["load_avg"]}
+    auroc = [a for *_, a in evals(rows, "eval/judge_auroc")] or [a for *_, a in evals(rows, "eval/self_reward_auroc")]
+    learned = [v for r in rows for k, v in r.items() if k.startswith("learned/") and k.endswith("/auroc")]
+    batch = [r.get("spark/batch_auroc", r.get("judge/auroc")) for r in rows]
+    batch = [b for b in batch if b is not None] or learned or \
+        [r["iter/judge_auroc"] for r in rows if r.get("iter/judge_auroc") is not None]
+    hacking = max((r.get("eval/hacking_count") or 0 for r in rows), default=0)
+    guard = [v for r in rows for k, v in r.items() if k.endswith("/guard") or k == "iter/guarded"]
+    before = s.get("judge_warmup/auroc_own_samples", s.get("laser_warmup/self_reward_auroc_after"))
+    return {"start": start_accuracy(run), "final": acc[-1][2] if acc else None,
+            "best": max((a for *_, a in acc), default=None),
+            "judge_auroc_start": before, "judge_auroc_first": auroc[0] if auroc else None,
+            "judge_auroc_last": auroc[-1] if auroc else None,
+            "batch_auroc_last5": statistics.mean(batch[-5:]) if batch else None,
+            "hacking_count": hacking, "guard_frac": statistics.mean(guard) if guard else None,
+            "wall_s": run["wall_s"], "train_s": s.get("time/train_s")}
+
+
+def med(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def table(runs: dict) -> str:
-    lines = ["| recipe | seeds | final held-out acc | best | judge AUROC (held-out) first -> last "
-             "| batch AUROC (last 10 steps) | train s |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for name, rs in runs.items():
+    """One row per (fraction, recipe): medians (range) over seeds; `vs grpo` is the recipe's median
+    final accuracy minus the baseline's at the same fraction, `vs control` minus the control's (GRPO on
+    the labelled prompts from the judging warm-up's start); `above start` counts the seeds that end
+    at or above their own warm start."""
+    lines = ["| f | recipe | seeds | warm start | final held-out acc | vs grpo | vs control | >= start | best | judge AUROC: "
+             "after warm-up / first eval -> last eval | batch AUROC (last 5) | hacking evals | guard on | train s |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    order = ["grpo", CONTROL, "self_judged_grpo", "spark", "laser", "cooper", "self_rewarding", "spc"]
+    rank = lambda key: (-float(key.split("/")[0]), next((i for i, r in enumerate(order)  # noqa: E731
+                                                          if key.split("/", 1)[1].startswith(r)), len(order)), key)
+    for key, rs in sorted(runs.items(), key=lambda kv: rank(kv[0])):
+        fraction, name = key.split("/", 1)
         ok = [summarise(r) for r in rs if "error" not in r]
         if not ok:
+            lines.append(f"| {fraction} | {name} | 0 (failed: {len(rs)}) | | | | | | | | | | | |")
             continue
+
+        def versus(other: str) -> str:  # the median final minus `other`'s at this fraction
+            finals = [summarise(r)["final"] for r in runs.get(f"{fraction}/{other}", []) if "error" not in r]
+            return "-" if not finals or name == other else f"{med([s['final'] for s in ok]) - med(finals):+.3f}"
         col = lambda k: median_range([s[k] for s in ok])  # noqa: E731
-        lines.append(f"| {name} | {len(ok)} | {col('final_accuracy')} | {col('best_accuracy')} | "
-                     f"{col('judge_auroc_first')} -> {col('judge_auroc_last')} | {col('batch_auroc_last10')} | "
-                     f"{col('train_s')} |")
+        held = sum(1 for s in ok if s["final"] is not None and s["start"] is not None and s["final"] >= s["start"])
+        lines.append(f"| {fraction} | {name} | {len(ok)} | {col('start')} | {col('final')} | "
+                     f"{versus('grpo')} | {versus(CONTROL)} | {held}/{len(ok)} | {col('best')} | "
+                     f"{col('judge_auroc_start')} / {col('judge_auroc_first')} -> {col('judge_auroc_last')} | "
+                     f"{col('batch_auroc_last5')} | {col('hacking_count')} | {col('guard_frac')} | {col('train_s')} |")
     return "\n".join(lines)
 
 
-def plot(runs: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_a, ax_j) = plt.subplots(1, 2, figsize=(11, 3.8))
-    for k, (name, rs) in enumerate(runs.items()):
-        color = f"C{k}"
-        for i, r in enumerate(x for x in rs if "error" not in x):
-            e = evals(r["rows"])
-            ax_a.plot([s for s, *_ in e], [a for *_, a in e], color=color, alpha=0.7, label=name if i == 0 else None)
-            j = evals(r["rows"], "eval/judge_auroc")
-            if j:
-                ax_j.plot([s for s, *_ in j], [a for *_, a in j], color=color, marker="o", markersize=3, alpha=0.7,
-                          label=name if i == 0 else None)
-    ax_a.set_title("held-out accuracy (verifier)")
-    ax_j.set_title("judge AUROC against the verifier (held-out samples)")
-    ax_j.axhline(0.5, color="grey", lw=0.8, ls="--")
-    save_plot(fig, (ax_a, ax_j), path)
+def gap_table(runs: list[dict]) -> str:
+    lines = ["| f | seed | SFT warm start acc | judge AUROC before its warm-up | after (warm policy's samples) | "
+             "after (own samples) | policy acc after | examples | warm-up s |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        s = r["summary"]
+        f = lambda k: "-" if s.get(k) is None else f"{s[k]:.3f}"  # noqa: E731
+        lines.append(f"| {r['fraction']} | {r['seed']} | {r['sft_accuracy']:.3f} | {f('judge_warmup/auroc_before')} | "
+                     f"{f('judge_warmup/auroc_after')} | {f('judge_warmup/auroc_own_samples')} | "
+                     f"{f('judge_warmup/accuracy_after')} | {s.get('judge_warmup/examples', '-')} | {f('judge_warmup/time_s')} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
+    parser.add_argument("--task", choices=list(TASKS), default="sorting")
+    parser.add_argument("--recipes", nargs="+", default=["grpo", "self_judged_grpo", "spark", "laser", "cooper",
+                                                           "self_rewarding", "spc"])
+    parser.add_argument("--credit", nargs="+", default=["raw"], choices=list(CREDIT),
+                        help="judge_credit variants: the recipes of --ablate run once per variant, the others "
+                        "with the first")
+    parser.add_argument("--ablate", nargs="*", default=[], help="recipes that run with every --credit variant")
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.1])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--prompts", type=int, default=32, help="rollout.prompts_per_step of every run")
-    parser.add_argument("--eval-prompts", type=int, default=64, help="spark.eval_prompts: held-out prompts the "
-                        "judge is measured on")
-    parser.add_argument("--fraction", type=float, default=0.25, help="verifier.fraction of every run")
+    parser.add_argument("--eval-prompts", type=int, default=64, help="held-out prompts the judge is measured on")
+    parser.add_argument("--judge-warmup", type=int, default=200, help="judge.warmup_steps")
+    parser.add_argument("--laser-warmup", type=int, default=300, help="laser.warmup_steps")
+    parser.add_argument("--rm-warmup", type=int, default=60, help="reward_model.warmup_steps (cooper)")
+    parser.add_argument("--threads", type=int, default=1, help="train.threads")
+    parser.add_argument("--cpus", type=int, default=2, help="ray.num_cpus")
+    parser.add_argument("--gap", action="store_true", help="only the verification gap: judging warm-ups")
     parser.add_argument("--label", default="")
-    parser.add_argument("--report", action="store_true", help="only print the table and redraw the plot "
-                        "from the raw results of an earlier (or unfinished) run")
+    parser.add_argument("--report", action="store_true", help="only print the table from an earlier raw file")
+    parser.add_argument("--write", action="store_true", help="with --report: also write its summary section")
+    parser.add_argument("--resume", action="store_true", help="keep the runs of an earlier raw file of this label "
+                        "and run only the (recipe, fraction, seed) it lacks")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args()
-    from vs_trl import export_splits, warm_checkpoint
+    from runs import export_splits, warm_checkpoint
 
-    if args.report:
-        runs = json.loads(raw_path(f"self_judges{args.label}.json").read_text())["runs"]
-        print(table(runs))
-        plot(runs, raw_path(f"self_judges{args.label}.png"))
+    name = f"self_judges_{args.task}{'_gap' if args.gap else ''}{args.label}"
+    out = raw_path(f"{name}.json")
+    if args.report:  # the table of an earlier raw file (several --resume invocations: each one's argv)
+        data = json.loads(out.read_text())
+        text = gap_table(data["runs"]) if args.gap else table(data["runs"])
+        print(text)
+        if args.write:
+            argv = [" ".join(a) for a in data["meta"].get("argvs", [data["meta"]["argv"]])]
+            print(write_summary("self_judges", name, text, raw=[out], protocol=f"from {out.name}: {'; '.join(argv)}"))
         return
-
-    names = []
-    for name in args.recipes:
-        if available(name):
-            names.append(name)
-        else:
-            print(f"skipping {name}: no recipe {name.split('_')[0]!r} with pipelines/{RECIPES[name][0]}.yaml "
-                  "in this checkout", flush=True)
+    task = TASKS[args.task]
     isolate_ray()
-    out = raw_path(f"self_judges{args.label}.json")
-    runs: dict[str, list] = {n: [] for n in names}
+    runs: dict | list = [] if args.gap else {}
+    argvs = [sys.argv[1:]]
+    if args.resume and out.exists() and not args.gap:
+        earlier = json.loads(out.read_text())
+        runs = {k: [r for r in rs if "error" not in r] for k, rs in earlier["runs"].items()}
+        argvs = [*earlier["meta"].get("argvs", [earlier["meta"]["argv"]]), *argvs]
     with tempfile.TemporaryDirectory(prefix="self-judges-") as tmp:
         work = Path(tmp)
-        warm, warm_info = warm_checkpoint(None, work)
-        train, eval_, split_info = export_splits(work)
+        warm, warm_info = warm_checkpoint(None, work, recipe=task["config"])
+        train, eval_, split_info = export_splits(work, task["config"])
+        sft = warm_info.get("warmup/accuracy")
         meta = {"machine": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
-                "python": platform.python_version(), "argv": sys.argv[1:], "warm": str(warm),
+                "python": platform.python_version(), "argv": sys.argv[1:], "argvs": argvs, "warm": str(warm),
                 "warm_info": warm_info, "splits": split_info}
-        for seed in args.seeds:
-            for name in names:
-                config, overrides = RECIPES[name]
-                tag = f"{name}_{seed}"
-                own = [f"spark.eval_prompts={args.eval_prompts}"] if name.startswith("spark") else []
+        table_of = recipes(task["verifier"], args)
+        for seed, fraction in [(s, f) for s in args.seeds for f in args.fractions]:  # seed-major: a cut grid has each f
+            base = common(args, task, seed, fraction, warm, train, eval_)
+            plan = ([("gap", "self_judged_grpo", "raw")] if args.gap else
+                    [(r if r not in args.ablate else f"{r}_{c}", r, c) for r in args.recipes
+                     for c in (["raw"] if r == "grpo" else args.credit if r in args.ablate else args.credit[:1])])
+            for label, recipe, credit in plan:
+                config, overrides = table_of[recipe]
+                if args.gap:
+                    overrides = [*overrides, "train.max_steps=1", "train.eval_every=1"]
+                tag = f"{label}_f{fraction}_s{seed}"
+                if not args.gap and any(r["seed"] == seed for r in runs.get(f"{fraction}/{label}", [])):
+                    continue  # --resume: measured already
                 try:
-                    run = coevo(config, [*common(args, seed, warm, train, eval_), *overrides, *own, *args.extra],
-                                work / tag, work / f"{tag}.log")
-                except RuntimeError as e:  # one failed recipe (say a new one) does not end the comparison
+                    run = coevo(config, [*base, *overrides, *CREDIT[credit], *args.extra], work / tag,
+                                work / f"{tag}.log")
+                except RuntimeError as e:  # one failed recipe does not end the comparison
                     log = (work / f"{tag}.log").read_text(errors="replace")[-3000:]
-                    run = {"config": config, "seed": seed, "error": str(e), "log_tail": log}
+                    run = {"config": config, "error": str(e), "log_tail": log}
                     print(f"{tag}: FAILED\n{log}", flush=True)
-                run["seed"] = seed
-                runs[name].append(run)
-                if "error" not in run:
+                run.update(seed=seed, fraction=fraction, sft_accuracy=sft)
+                if args.gap:
+                    runs.append(run)
+                else:
+                    runs.setdefault(f"{fraction}/{label}", []).append(run)
+                if "error" not in run and not args.gap:
                     s = summarise(run)
-                    print(f"{tag}: final acc {s['final_accuracy']}, judge AUROC {s['judge_auroc_first']} -> "
-                          f"{s['judge_auroc_last']}, {s['wall_s']:.0f} s, load {s['load_avg']:.1f}", flush=True)
+                    print(f"{tag}: start {s['start']}, final {s['final']}, judge AUROC {s['judge_auroc_start']} / "
+                          f"{s['judge_auroc_first']} -> {s['judge_auroc_last']}, {s['wall_s']:.0f} s, "
+                          f"load {run['load_avg']:.1f}", flush=True)
                 out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1, default=str))
-    print("\n" + table(runs))
-    plot(runs, out.with_suffix(".png"))
-    summary = write_summary("self_judges", out.stem, table(runs), raw=[out, out.with_suffix(".png")], protocol=(
-        f"seeds {args.seeds}, {args.steps} steps of {args.prompts} prompts, eval every {args.eval_every}, "
-        f"{args.eval_prompts} judge eval prompts, verifier.fraction {args.fraction}; overrides {args.extra or 'none'}"))
+    text = gap_table(runs) if args.gap else table(runs)
+    print("\n" + text)
+    summary = write_summary("self_judges", name, text, raw=[out], protocol=(
+        f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
+        f"{args.prompts} prompts x 8, eval every {args.eval_every}, {args.eval_prompts} judge eval prompts; warm-ups: judge "
+        f"{args.judge_warmup}, laser {args.laser_warmup}, reward model {args.rm_warmup} steps; credit {args.credit} "
+        f"(every variant for {args.ablate or 'no recipe'}); "
+        f"overrides {args.extra or 'none'}"))
     print(f"\nraw results: {out}\nsummary: {summary}")
 
 

@@ -129,9 +129,16 @@ class ArithmeticConfig(Section):
         return v
 
 
+class SortingConfig(Section):
+    """The sorting task (a verification gap: orchestrator/data.py `sorting`): sort `length` digits."""
+    length: int = Field(6, ge=2, le=12)
+    size: int = Field(8200, ge=2)  # distinct problems, the held-out ones (data.eval_size) included
+
+
 class DataConfig(Section):
-    task: Optional[Literal["arithmetic", "math_word"]] = "arithmetic"  # a built-in task, or None with `path`
+    task: Optional[Literal["arithmetic", "sorting", "math_word"]] = "arithmetic"  # a built-in task, or None with `path`
     arithmetic: ArithmeticConfig = ArithmeticConfig()
+    sorting: SortingConfig = SortingConfig()
     math_word: MathWordConfig = MathWordConfig()
     path: Optional[str] = None  # user dataset: .jsonl or .parquet with `prompt` and `answer`
     eval_path: Optional[str] = None  # held-out split; if None, `eval_size` rows of `path`

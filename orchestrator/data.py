@@ -62,6 +62,30 @@ def arithmetic(digits: int, operators: list[str], eval_size: int, seed: int, ana
     return PromptSet(train=add(table.slice(eval_size)), eval=add(table.slice(0, eval_size)), name=name)
 
 
+def sorting(length: int, size: int, eval_size: int, seed: int) -> PromptSet:
+    """Sort `length` random digits (repeats allowed): prompt `"83127>"`, answer `"12378"`. `size`
+    distinct problems (seeded), the first `eval_size` of them held out. A task with a verification
+    gap: checking an answer (order, and the same digits) is easier for a small model than producing
+    it; the verifier is `sorted_digits` (actors/rewards/sorting.py)."""
+    space = 10 ** length
+    if size > space // 2:
+        raise DatasetError(f"sorting task: data.sorting.size={size} is more than half of the {space} digit "
+                           f"strings of length {length}; lower it or raise data.sorting.length")
+    if eval_size >= size:
+        raise DatasetError(f"sorting task has {size} problems; data.eval_size={eval_size} leaves none to train on")
+    rng = np.random.default_rng([seed, 11])
+    seen: dict[str, None] = {}
+    while len(seen) < size:
+        for row in rng.integers(0, 10, size=(size, length)):
+            seen.setdefault("".join(map(str, row)), None)
+            if len(seen) == size:
+                break
+    digits = list(seen)
+    table = pa.table({"prompt_id": [f"{d}>" for d in digits], "prompt": [f"{d}>" for d in digits],
+                      "answer": ["".join(sorted(d)) for d in digits]})
+    return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=f"sorting-{length}")
+
+
 def size_pairs(size) -> list[tuple[int, int]]:
     """The (a's, b's) operand sizes of `operator_digits` value: a number n (n, n); [low, high] (every
     pair of sizes from low to high digits); or a list of [a, b] pairs, e.g. the pairs with one
@@ -233,6 +257,11 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=Non
     answers exist for only part of a dataset. Held-out prompts are always labelled."""
     if data_cfg.path:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
+    elif data_cfg.task == "sorting":
+        if data_cfg.analogs is not None:
+            raise DatasetError(f"data.analogs {data_cfg.analogs!r}: the sorting task has no analogous problems")
+        s = data_cfg.sorting
+        prompts = sorting(s.length, s.size, data_cfg.eval_size, seed)
     elif data_cfg.task == "math_word":
         from orchestrator import math_word
         m = data_cfg.math_word

@@ -47,10 +47,21 @@ async def judge_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
     out = {"eval/judge_score": float(np.mean(judge[ok])) if ok.any() else None,
            "eval/judge_agreement": float(np.mean((judge[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None,
            "eval/judge_auroc": auroc(judge[ok], label[ok] >= 0.5)}
-    if previous and out["eval/judge_score"] is not None and previous.get("eval/judge_score") is not None:
-        out["eval/hacking"] = float(out["eval/judge_score"] > previous["eval/judge_score"]
-                                    and accuracy["eval/accuracy"] < previous["eval/accuracy"])
+    out.update(hacking(out, accuracy, previous))
     return out
+
+
+def hacking(judge: dict, accuracy: dict, previous: dict | None) -> dict:
+    """Reward hacking between two evaluations: `eval/hacking` 1 when the judge's mean score
+    (`eval/judge_score`) rose while held-out accuracy fell, and `eval/hacking_count`, how many
+    evaluations of the run so far were flagged."""
+    previous = previous or {}
+    count = previous.get("eval/hacking_count") or 0
+    if judge.get("eval/judge_score") is None or previous.get("eval/judge_score") is None:
+        return {"eval/hacking_count": count} if previous else {}
+    flag = float(judge["eval/judge_score"] > previous["eval/judge_score"]
+                 and accuracy["eval/accuracy"] < previous["eval/accuracy"])
+    return {"eval/hacking": flag, "eval/hacking_count": count + flag}
 
 
 async def self_reward_quality(ctx, seq: int) -> dict[str, float]:

@@ -11,6 +11,7 @@ import time
 from orchestrator.channels import Channel
 from orchestrator.credit import Credit, Outcome
 from orchestrator.evaluation import greedy_accuracy, judge_quality
+from orchestrator.judge_credit import JudgeCreditConfig, LearnedRewards
 from orchestrator.recipes import Recipe, Sources, policy_roles
 from orchestrator.reward_health import health_info
 from orchestrator.roles import RoleSpec
@@ -24,6 +25,7 @@ class GRPO(Recipe):
     section, whose `cross_check` holds its rules)."""
 
     name = "grpo"
+    settings = {"judge_credit": JudgeCreditConfig}  # how learned rewards enter its credit step
 
     @classmethod
     def extra_objectives(cls, config) -> list[dict]:
@@ -52,9 +54,12 @@ class GRPO(Recipe):
 
     @classmethod
     def credit(cls, config, sources: Sources) -> Credit:
-        """Aggregation (after LaSeR's self-reward where a source is `laser: true`), then
-        `advantages` and the process advantages times `process_weight` (orchestrator/credit.py)."""
+        """Aggregation (after LaSeR's self-reward where a source is `laser: true`, and the learned
+        rewards' confidence and guard where `judge_credit` asks for them: orchestrator/judge_credit.py),
+        then `advantages` and the process advantages times `process_weight` (orchestrator/credit.py)."""
         rewards = [SelfReward(config, sources.policy)] if config.laser_rewards() else []
+        if config.judge_credit.active:
+            rewards.append(LearnedRewards(config))
         return Credit(config, advantages=cls.advantages(config), process_weight=cls.process_weight(config),
                       rewards=rewards)
 

@@ -61,6 +61,12 @@ class IterationsConfig(Section):
     # (future-guided chosen).
     anchored_rejection: bool = False
     future_chosen: bool = False
+    # where the verifier labels a prompt (verifier.fraction), its label is the response's score in
+    # building pairs (the judge's breaks ties among same-label responses), and the labelled rows
+    # measure the judge (iter/judge_auroc); with judge_credit.min_auroc an iteration whose judge is
+    # below it on them trains on no pairs of unlabelled prompts (iter/guarded): the guard of
+    # orchestrator/judge_credit.py, for a recipe without a credit step
+    labels: bool = False
 
     @field_validator("loss")
     @classmethod
@@ -137,11 +143,29 @@ class IterationSource(BatchSource):
         async def one(i, chunk):
             table, _ = await gen.call("generate", chunk, seq=seq0 + i, versioned=True)
             judged, _ = await gen.call("judge", table, versioned=True)
+            if self.cfg.labels:  # the verifier labels the prompts it labels (verifier.fraction)
+                judged, _ = await ctx.pools["verifier"].call("score", judged)
             return judged
 
         chunks = ctx.split(prompts, max(1, prompts.num_rows // 32))
         refs = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
         return B.concat(list(await asyncio.gather(*refs)))
+
+    def _with_labels(self, samples: pa.Table, judge: np.ndarray) -> tuple[np.ndarray, dict]:
+        """Scores for pairing: the verifier's label plus a 1e-3 share of the judge's score where the
+        prompt is labelled (same-label responses ordered by the judge), the judge's score elsewhere,
+        or NaN there when the guard is on (the judge's AUROC on the labelled rows below
+        judge_credit.min_auroc); and the iteration's judge AUROC and guard."""
+        from orchestrator.evaluation import auroc
+
+        column = B.REWARD_PREFIX + self.ctx.config.accuracy_source()
+        label = samples.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
+        known = ~np.isnan(label) & ~np.isnan(judge)
+        auc = auroc(judge[known], label[known] >= 0.5) if known.any() else None
+        floor = self.ctx.config.judge_credit.min_auroc
+        guarded = floor is not None and auc is not None and auc < floor
+        scores = np.where(np.isnan(label), np.nan if guarded else judge, (label >= 0.5) + 1e-3 * np.nan_to_num(judge))
+        return scores, {"iter/judge_auroc": auc, "iter/guarded": float(guarded), "iter/labelled_frac": float(known.mean())}
 
     async def _judge_with(self, table: pa.Table, model_dir: Path) -> np.ndarray:
         """Judge `table` with an earlier snapshot's weights, then put the current weights back."""
@@ -168,6 +192,9 @@ class IterationSource(BatchSource):
         samples = await self._sample_and_judge(prompts, seq0)
         scores = self._scores(samples)
         groups = B.group_index(samples)
+        guard = {}
+        if cfg.labels:
+            scores, guard = self._with_labels(samples, scores)
         chosen, rejected, stats = best_worst_pairs(groups, scores, margin=cfg.margin)
         rejected_text = samples.column("response").take(pa.array(rejected, pa.int64())).to_pylist()
         if cfg.anchored_rejection:  # the worst of the initial model's samples, judged by model i
@@ -197,6 +224,7 @@ class IterationSource(BatchSource):
                                          "chosen_score": pa.array(scores[chosen]),
                                          "rejected_score": pa.array(scores[rejected])})
         self.iteration_info = {f"iter/{k}": v for k, v in stats.items()}
+        self.iteration_info.update(guard)
         valid = scores[~np.isnan(scores)]
         self.iteration_info.update({"iter/index": self.iteration, "iter/judge_mean": float(valid.mean()) if len(valid) else None,
                                     "iter/judge_errors": int(np.isnan(scores).sum()),

@@ -97,7 +97,7 @@ class Spark(GRPO):
     async def evaluate(self, ctx) -> dict:
         """Greedy held-out accuracy, and the judge on sampled groups of held-out prompts (a pairwise
         judge needs several responses to one prompt): eval/judge_auroc, agreement and mean score."""
-        from orchestrator.evaluation import greedy_accuracy, labelled_samples
+        from orchestrator.evaluation import greedy_accuracy, hacking, labelled_samples
 
         out = await greedy_accuracy(ctx)
         if not ctx.config.judge_rewards():
@@ -106,7 +106,10 @@ class Spark(GRPO):
         table = await labelled_samples(ctx, prompts, -(10_000_000 + ctx.step))
         judge_pool = ctx.pools.get("judge", ctx.pools["generator"])
         judged, _ = await judge_pool.call("judge", table, versioned=True)
-        return {**out, **judge_scores(ctx.config, [await judged], "eval/judge")}
+        out.update(judge_scores(ctx.config, [await judged], "eval/judge"))
+        out.update(hacking(out, out, getattr(self, "_last_eval", None)))
+        self._last_eval = out
+        return out
 
 
 def judge_scores(config, tables: list, prefix: str) -> dict:

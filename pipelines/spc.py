@@ -55,6 +55,10 @@ class SpcConfig(Section):
     critic_lr: float = Field(1e-4, gt=0)  # the critic learner's AdamW (the paper: 2e-6 on a 7B model)
     sneaky_lr: float = Field(1e-4, gt=0)  # the sneaky learner's AdamW
     threshold: float = 0.5  # a response is correct when the accuracy source gives at least this
+    # the critic also trains on up to this many of the batch's verifier-labelled policy rollouts a
+    # step, correct and wrong alike (as many of each): the policy's own errors, not only the sneaky
+    # generator's (the critic it rewards is then trained on the mistakes it must catch); 0: off
+    policy_items: int = Field(0, ge=0)
 
     @field_validator("template")
     @classmethod
@@ -114,6 +118,26 @@ def pick_correct(table: pa.Table, label: str, threshold: float, limit: int, rng)
     if len(chosen) > limit:
         chosen = sorted(rng.choice(chosen, size=limit, replace=False).tolist())
     return chosen
+
+
+def policy_items(table: pa.Table, label: str, threshold: float, limit: int, rng) -> pa.Table:
+    """Up to `limit` of the batch's verifier-labelled, non-empty rollouts as critic items (`prompt`,
+    `response`, `step_correct`), as many correct as wrong (none where one kind is missing)."""
+    empty = pa.table({"prompt": pa.array([], pa.string()), "response": pa.array([], pa.string()),
+                      "step_correct": pa.array([], pa.bool_())})
+    if limit == 0 or B.REWARD_PREFIX + label not in table.schema.names:
+        return empty
+    values = table.column(B.REWARD_PREFIX + label).to_numpy(zero_copy_only=False).astype(np.float64)
+    responses = table.column("response").to_pylist()
+    ok = ~np.isnan(values) & np.array([r.strip() != "" for r in responses], bool)
+    good, bad = np.nonzero(ok & (values >= threshold))[0], np.nonzero(ok & (values < threshold))[0]
+    n = min(len(good), len(bad), limit // 2)
+    if n == 0:
+        return empty
+    rows = np.concatenate([rng.choice(good, n, replace=False), rng.choice(bad, n, replace=False)])
+    prompts = table.column("prompt").to_pylist()
+    return pa.table({"prompt": [prompts[i] for i in rows], "response": [responses[i] for i in rows],
+                     "step_correct": pa.array([True] * n + [False] * n, pa.bool_())})
 
 
 def batch_auroc(table: pa.Table, critic: str, label: str) -> float | None:
@@ -227,6 +251,8 @@ class SPC(GRPO):
         out.update({f"spc/invalid/{why}": int((status == why).sum()) for why in ("not_wrong", "unverified", "empty")})
         critic_reward = np.full(scored.num_rows, np.nan)
         learning = []
+        own = policy_items(batch, label, spc.threshold, spc.policy_items, rng)
+        out["spc/policy_items"] = own.num_rows
         if len(item_steps):
             items = pa.table({"prompt": item_prompts, "response": item_steps, "step_correct": step_correct})
             judged, _ = await ctx.pools["judge"].call("judge", items, versioned=True)
@@ -235,12 +261,14 @@ class SPC(GRPO):
             accepts = np.nan_to_num(p_yes, nan=0.0) >= 0.5  # a step the critic cannot read is not accepted
             rewards = game_rewards(accepts, step_correct)
             critic_reward[played] = rewards[:len(played)]
-            if len(played):
+            if len(played):  # (the policy's own rollouts are training items, not games)
                 out["spc/sneaky_success_rate"] = float(np.mean(accepts[:len(played)]))
             if len(originals):
                 out["spc/critic_accepts_correct"] = float(np.mean(accepts[len(played):]))
             out["spc/critic_win_rate"] = float(np.mean(rewards > 0))
-            learning.append(self._learn_critic(ctx, items))
+            learning.append(self._learn_critic(ctx, pa.concat_tables([items, own]) if own.num_rows else items))
+        elif own.num_rows:
+            learning.append(self._learn_critic(ctx, own))
         sneaky = sneaky_rewards(valid, critic_reward, spc.invalid_reward)
         keep = ~np.isnan(sneaky)
         if keep.any():

@@ -266,7 +266,7 @@ def test_reward_sources_and_their_cross_checks():
     with pytest.raises(ConfigError, match="verifier.accuracy_source 'rm' is not a verifier"):
         load_config(None, ["rewards=[{name: rm, model: auto}, {name: integer_match}]", "verifier.accuracy_source=rm"])
     cfg = load_config("cooper")
-    assert [r.kind for r in cfg.rewards] == ["model", "fn"] and cfg.accuracy_source() == "correct"
+    assert [r.kind for r in cfg.rewards] == ["fn", "model"] and cfg.accuracy_source() == "correct"
 
 
 def test_aggregate_spec_is_checked_with_the_reward_names():

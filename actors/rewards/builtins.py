@@ -10,6 +10,7 @@ By theme (each function's docstring has its arguments and a one-line YAML exampl
 - code.py: code_tests (unit tests in sandboxed subprocesses: pass fraction, all-pass or VeRPO)
 - label_free.py: majority_vote, co_reward (group functions: agreement among the policy's own samples)
 - process.py: step_pattern (a process function: one reward per reasoning step)
+- sorting.py: sorted_digits (the sorting task's check: the prompt's digits, in order)
 """
 
 from actors.rewards.code import code_tests  # noqa: F401
@@ -17,6 +18,7 @@ from actors.rewards.label_free import co_reward, majority_vote  # noqa: F401
 from actors.rewards.process import step_pattern  # noqa: F401
 from actors.rewards.maths import last_boxed, math_equivalence  # noqa: F401
 from actors.rewards.similarity import bmas, embedding_cosine  # noqa: F401
+from actors.rewards.sorting import sorted_digits  # noqa: F401
 from actors.rewards.structured import iou, json_schema  # noqa: F401
 from actors.rewards.text import (  # noqa: F401
     exact_match,

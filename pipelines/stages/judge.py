@@ -8,6 +8,7 @@ held-out accuracy, never in the self-rewarding training loop."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Literal, Optional
@@ -49,6 +50,11 @@ class JudgeConfig(Section):
     # re-draw the judged samples from the policy being fine-tuned every this many steps (None: drawn
     # once from the warm policy, whose errors the task data then trains away)
     warmup_resample: Optional[int] = Field(None, gt=0)
+    # what the task share repeats: `answers`, the task's reference answers (every training prompt's);
+    # `own`, the warm policy's own greedy answers to the training prompts, right or wrong: a rehearsal
+    # that keeps the task where it was without teaching it (no label the verifier did not give; the
+    # scarce-label comparisons use it, so the judge's warm-up does not do the RL's job)
+    warmup_task: Literal["answers", "own"] = "answers"
 
     @field_validator("template")
     @classmethod
@@ -79,6 +85,34 @@ def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
                      "answer": [config.judge.yes if label[i] >= 0.5 else config.judge.no for i in idx]})
 
 
+def labelled_prompts(train: pa.Table, limit: int) -> pa.Table:
+    """Up to `limit` training prompts the verifier labels (all of them where it labels every prompt):
+    the judge learns only from labels the run has (`verifier.fraction`)."""
+    if "labelled" in train.schema.names:
+        train = train.filter(train.column("labelled"))
+    if train.num_rows == 0:
+        raise RuntimeError("judging warm-up: verifier.fraction labels none of the training prompts; raise it "
+                           "or set judge.warmup_steps=0")
+    return train.slice(0, min(limit, train.num_rows))
+
+
+async def task_rows(ctx, kind: str, limit: int = 2048) -> pa.Table:
+    """The task share's SFT rows (prompt, answer): the reference answers, or (`own`) the current
+    policy's greedy answers to up to `limit` training prompts."""
+    train = ctx.prompts.train
+    if kind == "answers":
+        return train.select(["prompt", "answer"])
+    prompts = train.slice(0, min(limit, train.num_rows)).select(["prompt_id", "prompt"])
+    gen = ctx.pools["generator"]
+    parts = await asyncio.gather(*[gen.call("generate", chunk, greedy=True, versioned=True)
+                                   for chunk in ctx.split(prompts, max(1, prompts.num_rows // 256))])
+    table = B.concat(list(await asyncio.gather(*[t for t, _ in parts])))
+    answers = table.column("response").to_pylist()
+    keep = [i for i, a in enumerate(answers) if a]
+    return pa.table({"prompt": table.column("prompt").take(pa.array(keep)),
+                     "answer": pa.array([answers[i] for i in keep], pa.string())})
+
+
 async def agreement(ctx, held_out: pa.Table) -> tuple[float, float | None]:
     """How often the judge (P(yes) > 0.5) agrees with the verifier on held-out samples, and the
     AUROC of its score against the verifier's labels (agreement alone flatters a judge that says
@@ -104,14 +138,15 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     start = time.perf_counter()
     rng = np.random.default_rng([cfg.seed, 17])
     await channel.publish(0)
-    judged_prompts = ctx.prompts.train.slice(0, min(1024, ctx.prompts.train.num_rows))
+    judged_prompts = labelled_prompts(ctx.prompts.train, 1024)
     train = await labelled_samples(ctx, judged_prompts, -1000)
     held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
-    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples; on held-out samples the "
-                       f"judge agrees with the verifier {before:.3f} (AUROC {fmt(auc_before)}) before")
-    tasks = PromptSampler(ctx.prompts.train.select(["prompt", "answer"]), seed=cfg.seed + 2)
+    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples from {judged_prompts.num_rows} "
+                       f"labelled prompts; on held-out samples the judge agrees with the verifier {before:.3f} "
+                       f"(AUROC {fmt(auc_before)}) before")
+    tasks = PromptSampler(await task_rows(ctx, judge.warmup_task), seed=cfg.seed + 2)
     judged = PromptSampler(rows, seed=cfg.seed + 3)
     n_task = int(judge.warmup_batch_size * judge.warmup_task_fraction)
     steps, block, loss = 0, judge.warmup_resample or 25, float("nan")

@@ -1,0 +1,289 @@
+"""Issue 32: the sorting task (a verification gap) and its verifier, learned rewards in the credit
+step (orchestrator/judge_credit.py: calibration, gating, flat groups, the guard that falls back to
+the labelled-only reward), the hacking count, and the recipes' safeguards (SPC's critic on the
+policy's own labelled rollouts, self_rewarding's labels and guard, the judging warm-up on labelled
+prompts only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from actors import batch as B
+from actors.rewards.sorting import problem_digits, sorted_digits
+from orchestrator.config import ConfigError, load_config
+from orchestrator.data import DatasetError, load_prompts, sorting
+from orchestrator.evaluation import hacking
+from orchestrator.judge_credit import LearnedRewards, gate_unsure, group_flatten, platt
+from orchestrator.recipes import RECIPES, Sources
+from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures: a scored batch)
+
+
+# ---- the sorting task ------------------------------------------------------------------------------
+def test_the_sorting_task_holds_distinct_problems_and_their_sorted_answers():
+    tasks = sorting(length=5, size=300, eval_size=50, seed=3)
+    prompts = tasks.train.column("prompt").to_pylist() + tasks.eval.column("prompt").to_pylist()
+    assert len(prompts) == len(set(prompts)) == 300 and tasks.eval.num_rows == 50
+    for p, a in zip(tasks.train.column("prompt").to_pylist(), tasks.train.column("answer").to_pylist()):
+        assert p.endswith(">") and len(p) == 6 and a == "".join(sorted(p[:-1]))
+        assert sorted_digits(p, a) == 1.0
+    assert sorting(5, 300, 50, 3).train.column("prompt").to_pylist() == tasks.train.column("prompt").to_pylist()
+
+
+def test_the_sorting_recipe_loads_with_a_labelled_quarter():
+    cfg = load_config("grpo_sorting")
+    prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction)
+    assert prompts.name == "sorting-6" and prompts.eval.num_rows == 200
+    assert 0.2 < np.mean(prompts.train.column("labelled").to_numpy(zero_copy_only=False)) < 0.3
+
+
+@pytest.mark.parametrize("size, eval_size, message", [(600_000, 200, "more than half"), (100, 100, "leaves none")])
+def test_a_sorting_task_too_big_or_too_small_is_refused_by_name(size, eval_size, message):
+    with pytest.raises(DatasetError, match=message):
+        sorting(6 if size > 1000 else 4, size, eval_size, 0)
+
+
+def test_the_sorting_task_has_no_analogs():
+    cfg = load_config("grpo_sorting", ["data.analogs=commuted"])
+    with pytest.raises(DatasetError, match="no analogous problems"):
+        load_prompts(cfg.data, 0)
+
+
+def test_the_sorting_verifier_checks_same_digits_in_order():
+    assert sorted_digits("3121>", "1123") == 1.0
+    assert sorted_digits("3121>", " 1123\n") == 1.0  # surrounding whitespace is not the answer
+    assert sorted_digits("3121>", "123") == 0.0  # a digit dropped
+    assert sorted_digits("3121>", "1213") == 0.0  # out of order
+    assert sorted_digits("3121>", "1124") == 0.0  # another digit
+    assert sorted_digits("3121>", "") == 0.0
+    assert problem_digits("sort 907>") == "907"  # the last word before the separator
+
+
+@pytest.mark.parametrize("prompt", ["3121", "31a1>", ">"])
+def test_a_sorting_prompt_without_digits_is_a_bad_row(prompt):
+    with pytest.raises(ValueError, match="sorting prompt"):
+        sorted_digits(prompt, "1123")
+
+
+def test_sorted_digits_is_a_registered_verifier():
+    cfg = load_config("grpo_sorting", ["rewards=[{name: s, fn: sorted_digits}]"])
+    assert cfg.fn_rewards()[0].fn == "sorted_digits"
+
+
+# ---- learned rewards in the credit step ------------------------------------------------------------
+def test_platt_scaling_recovers_a_known_logistic():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=4000)
+    y = rng.random(4000) < 1 / (1 + np.exp(-(2.0 * x - 0.5)))
+    a, b = platt(x, y)
+    assert a == pytest.approx(2.0, abs=0.2) and b == pytest.approx(-0.5, abs=0.15)
+
+
+def test_platt_scaling_of_scores_that_separate_the_labels_stays_finite_and_unsaturated():
+    # a window the judge (or an unbounded reward model) ranks perfectly: with 0/1 targets the fit has
+    # no finite optimum and every calibrated value became 0 or 1 (slopes of 1e4-3e5 were measured)
+    for scale in (1.0, 300.0):
+        scores = np.r_[np.linspace(1, 2, 16), np.linspace(-2, -1, 16)] * scale
+        labels = np.r_[np.ones(16), np.zeros(16)]
+        a, b = platt(scores, labels)
+        assert np.isfinite([a, b]).all() and 0 < a * scale < 20
+        p = 1 / (1 + np.exp(-(a * scores + b)))
+        assert 0.01 < p.min() and p.max() < 0.99  # not saturated at 0 or 1
+        assert p[:16].mean() == pytest.approx(17 / 18, abs=0.02) and p[16:].mean() == pytest.approx(1 / 18, abs=0.02)
+        assert np.all(np.diff(p[:16]) > 0)  # the judge's order within a class is kept
+
+
+def test_group_flatten_leaves_spread_groups_and_flattens_narrow_ones():
+    values = np.array([0.50, 0.52, 0.1, 0.9, np.nan, 0.3])
+    groups = np.array([0, 0, 1, 1, 2, 2])
+    out, frac = group_flatten(values, groups, 0.1)
+    assert out[:2] == pytest.approx([0.51, 0.51]) and out[2:4] == pytest.approx([0.1, 0.9])
+    assert np.isnan(out[4]) and out[5] == 0.3  # a group of one usable value is left as it is
+    assert frac == 0.5
+
+
+def test_gate_unsure_gives_an_unsure_value_its_groups_sure_mean():
+    values = np.array([0.9, 0.1, 0.55, 0.45, 0.52])
+    groups = np.array([0, 0, 0, 1, 1])
+    out, frac = gate_unsure(values, groups, 0.1)
+    assert out == pytest.approx([0.9, 0.1, 0.5, 0.5, 0.5])  # group 1 has no sure value: 0.5
+    assert frac == pytest.approx(3 / 5)
+
+
+def judged(scores, labels, groups=None) -> pa.Table:
+    n = len(scores)
+    groups = list(range(n)) if groups is None else groups
+    return pa.table({"prompt_id": [f"p{g}" for g in groups], "group_id": [f"g{g}" for g in groups],
+                     "reward.correct": pa.array(labels, pa.float32(), mask=np.isnan(np.asarray(labels, float))),
+                     "reward.judge": pa.array(scores, pa.float32())})
+
+
+def credit_config(*overrides):
+    return load_config("spark", ["rewards=[{name: correct, fn: integer_match}, {name: judge, judge: true, weight: 0}]",
+                                 "aggregate.fill={correct: judge}", *overrides])
+
+
+def test_the_guard_drops_a_judge_at_chance_and_brings_it_back_when_it_ranks():
+    part = LearnedRewards(credit_config("judge_credit.min_auroc=0.6", "judge_credit.window=1"))
+    rng = np.random.default_rng(1)
+    labels = np.r_[np.ones(20), np.zeros(20), np.full(10, np.nan)]
+    chance = part(judged(rng.random(50), labels))
+    assert part.metrics()["learned/judge/guard"] == 1.0 and part.metrics()["learned/judge/auroc"] < 0.6
+    assert chance.column("reward.judge").null_count == 50  # dropped: the recipe trains on its labels alone
+    good = np.r_[np.linspace(0.6, 1, 20), np.linspace(0, 0.4, 20), np.full(10, 0.7)]
+    back = part(judged(good, labels))
+    assert part.metrics()["learned/judge/guard"] == 0.0 and part.metrics()["learned/judge/auroc"] == 1.0
+    assert back.column("reward.judge").to_numpy(zero_copy_only=False) == pytest.approx(good.astype(np.float32))
+
+
+def test_the_guard_waits_for_both_kinds_of_label():
+    part = LearnedRewards(credit_config("judge_credit.min_auroc=0.6"))
+    out = part(judged(np.random.default_rng(0).random(20), np.r_[np.ones(18), np.zeros(2)]))
+    assert "learned/judge/auroc" not in part.metrics() and part.metrics()["learned/judge/guard"] == 0.0
+    assert out.column("reward.judge").null_count == 0
+
+
+def test_calibration_maps_a_judges_score_to_the_labels_frequency():
+    part = LearnedRewards(credit_config("judge_credit.confidence=calibrated", "judge_credit.window=3"))
+    rng = np.random.default_rng(2)
+    for _ in range(3):  # the judge says 0.9 or 0.1, but is right 70% of the time
+        right = rng.random(200) < 0.7
+        truth = rng.random(200) < 0.5
+        says = np.where(right == truth, 0.9, 0.1)
+        out = part(judged(says, truth.astype(float)))
+    cal = out.column("reward.judge").to_numpy(zero_copy_only=False)
+    assert cal[says == 0.9].mean() == pytest.approx(0.7, abs=0.06) and cal[says == 0.1].mean() == pytest.approx(0.3, abs=0.06)
+    assert "learned/judge/calib_slope" in part.metrics()
+
+
+def test_learned_reward_state_goes_through_a_checkpoint():
+    cfg = credit_config("judge_credit.min_auroc=0.6")
+    part = LearnedRewards(cfg)
+    part(judged(np.r_[np.zeros(10), np.ones(10)], np.r_[np.ones(10), np.zeros(10)]))  # a judge upside down
+    again = LearnedRewards(cfg)
+    again.load_state_dict(part.state_dict())
+    assert again.guarded == {"judge": True} and again.history == part.history
+
+
+def test_a_credit_step_without_judge_credit_options_has_no_learned_reward_part_and_an_option_adds_one():
+    plain = credit_config("judge_credit.min_auroc=null")  # spark ships with the guard on
+    assert not any(isinstance(r, LearnedRewards) for r in RECIPES.get("spark").credit(plain, Sources()).rewards)
+    credit = RECIPES.get("spark").credit(credit_config("judge_credit.min_auroc=null", "judge_credit.confidence=gated"),
+                                         Sources())
+    assert any(isinstance(r, LearnedRewards) for r in credit.rewards)
+
+
+def test_a_judge_credit_label_source_must_be_a_verifier():
+    with pytest.raises(ConfigError, match="judge_credit.label_source 'judge' is not a verifier"):
+        credit_config("judge_credit.label_source=judge")
+
+
+# ---- hacking -----------------------------------------------------------------------------------------
+def test_hacking_counts_evaluations_where_the_judge_rose_while_accuracy_fell():
+    first = {"eval/judge_score": 0.5, "eval/accuracy": 0.6}
+    assert hacking(first, first, None) == {}
+    second = {"eval/judge_score": 0.6, "eval/accuracy": 0.5}
+    flagged = hacking(second, second, first)
+    assert flagged == {"eval/hacking": 1.0, "eval/hacking_count": 1.0}
+    third = {"eval/judge_score": 0.7, "eval/accuracy": 0.55}
+    assert hacking(third, third, {**second, **flagged}) == {"eval/hacking": 0.0, "eval/hacking_count": 1.0}
+
+
+# ---- the recipes' safeguards ------------------------------------------------------------------------
+def test_spc_policy_items_are_balanced_labelled_rollouts():
+    from pipelines.spc import policy_items
+
+    table = pa.table({"prompt": [f"q{i}" for i in range(8)], "response": ["1", "2", "", "4", "5", "6", "7", "8"],
+                      "reward.correct": pa.array([1, 1, 1, 0, 0, 0, None, 1], pa.float32())})
+    rng = np.random.default_rng(0)
+    items = policy_items(table, "correct", 0.5, 10, rng)
+    correct = items.column("step_correct").to_pylist()
+    assert correct.count(True) == correct.count(False) == 3  # the empty and the unlabelled rows never
+    assert "q2" not in items.column("prompt").to_pylist() and "q6" not in items.column("prompt").to_pylist()
+    assert policy_items(table, "correct", 0.5, 0, rng).num_rows == 0
+    assert policy_items(table, "correct", 0.5, 2, rng).num_rows == 2
+
+
+def test_self_rewarding_pairs_by_labels_where_they_exist_and_guards_a_judge_at_chance():
+    from pipelines.self_rewarding import IterationSource
+
+    class Ctx:
+        config = load_config("self_rewarding", ["rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match}]",
+                                                "judge_credit.min_auroc=0.6"])
+
+    source = IterationSource.__new__(IterationSource)
+    source.ctx = Ctx()
+    samples = pa.table({"reward.correct": pa.array([1, 0, 1, 0, None, None], pa.float32())})
+    good = np.array([0.9, 0.1, 0.8, 0.2, 0.7, 0.3])
+    scores, info = source._with_labels(samples, good)
+    assert scores[:4] == pytest.approx([1.0009, 0.0001, 1.0008, 0.0002]) and scores[4:] == pytest.approx([0.7, 0.3])
+    assert info["iter/judge_auroc"] == 1.0 and info["iter/guarded"] == 0.0
+    scores, info = source._with_labels(samples, good[::-1].copy())  # upside down: guarded
+    assert info["iter/guarded"] == 1.0 and np.isnan(scores[4:]).all() and not np.isnan(scores[:4]).any()
+
+
+def test_the_judging_warm_up_reads_only_labelled_prompts():
+    from pipelines.stages.judge import labelled_prompts
+
+    train = pa.table({"prompt": ["a", "b", "c", "d"], "labelled": [False, True, False, True]})
+    assert labelled_prompts(train, 10).column("prompt").to_pylist() == ["b", "d"]
+    assert labelled_prompts(train, 1).column("prompt").to_pylist() == ["b"]
+    assert labelled_prompts(train.drop_columns(["labelled"]), 3).num_rows == 3  # every prompt labelled
+    with pytest.raises(RuntimeError, match="labels none"):
+        labelled_prompts(train.filter(pa.array([True, False, True, False])), 10)
+
+
+# ---- the shipped recipes' guard (issue 32: Cooper as first shipped took a policy from 0.63 to 0.17) ----
+
+SHIPPED = {"spark": "judge", "spc": "critic", "laser": "self", "cooper": "rm", "self_judged_grpo": "judge"}
+
+
+@pytest.mark.parametrize("recipe", sorted(SHIPPED))
+def test_a_shipped_recipe_trains_on_its_labels_alone_while_its_judge_is_at_chance(recipe, scored):
+    """Each shipped self-judging or co-evolving recipe, as shipped, takes a judge (or reward model) at
+    chance on the labelled rows out of the advantage: its advantages are those of the batch without
+    the judge's column, not those the judge's scores would give."""
+    config = load_config(recipe)
+    learned, label = SHIPPED[recipe], config.accuracy_source()
+    groups = B.group_index(scored)
+    labelled = groups < 2  # half the groups: labels 1, 0, 1, 0 with judge scores 0.8, 0.8, 0.2, 0.2
+    k = np.array([int((groups[:i] == g).sum()) for i, g in enumerate(groups)]) % 4  # the row's place in its group
+    labels = np.where(labelled, (k % 2 == 0).astype(float), np.nan)
+    scores = np.where(labelled, np.where(k < 2, 0.8, 0.2), np.array([0.9, 0.1, 0.6, 0.3])[k])
+    table = scored.drop_columns([c for c in scored.schema.names if c.startswith(B.REWARD_PREFIX)])
+    table = table.append_column(B.REWARD_PREFIX + label, pa.array(labels, pa.float32(), mask=np.isnan(labels)))
+    judged_ = table.append_column(B.REWARD_PREFIX + learned, pa.array(scores, pa.float32()))
+    without = table.append_column(B.REWARD_PREFIX + learned, pa.nulls(table.num_rows, pa.float32()))
+    if recipe == "laser":  # its reward is beta * (log pi(z | x, y) - c), from the generators' column
+        judged_ = judged_.append_column("laser_logprob", pa.array(np.log(scores), pa.float32()))
+        without = without.append_column("laser_logprob", pa.array(np.full(table.num_rows, np.nan), pa.float32()))
+
+    def advantages(credit, batch):
+        out, metrics = credit.apply(batch)
+        return np.concatenate([np.asarray(a, np.float32) for a in out.column("advantages").to_pylist()]), metrics
+
+    credit = lambda cfg: RECIPES.get(cfg.recipe).credit(cfg, Sources())  # noqa: E731
+    shipped = credit(config)
+    for _ in range(config.judge_credit.window):  # the window fills with the judge's labelled rows
+        got, metrics = advantages(shipped, judged_)
+    assert metrics[f"learned/{learned}/auroc"] == pytest.approx(0.5) and metrics[f"learned/{learned}/guard"] == 1.0
+    labels_only, _ = advantages(credit(config), without)
+    judge_on, _ = advantages(credit(load_config(recipe, ["judge_credit.min_auroc=null"])), judged_)
+    assert got == pytest.approx(labels_only)
+    assert not np.allclose(judge_on, labels_only)  # the judge at chance would have moved the policy
+
+
+def test_shipped_self_rewarding_drops_its_judge_at_chance_from_an_iterations_pairs():
+    from pipelines.self_rewarding import IterationSource
+
+    class Ctx:
+        config = load_config("self_rewarding")
+
+    assert Ctx.config.iterations.labels and Ctx.config.judge_credit.min_auroc is not None
+    source = IterationSource.__new__(IterationSource)
+    source.ctx = Ctx()
+    label = Ctx.config.accuracy_source()
+    samples = pa.table({B.REWARD_PREFIX + label: pa.array([1, 0, 1, 0, None, None], pa.float32())})
+    scores, info = source._with_labels(samples, np.array([0.8, 0.8, 0.2, 0.2, 0.9, 0.1]))  # at chance
+    assert info["iter/guarded"] == 1.0 and np.isnan(scores[4:]).all()  # the unlabelled prompts give no pairs
