@@ -20,8 +20,7 @@ def cache_key(config, extra: dict | None = None) -> str:
     # data settings of chat templates and the math_word task where unused, arithmetic's sample and
     # operator_digits, warmup.data
     data_unset = {k for k, v in (("chat_template", "auto"), ("system_prompt", None)) if getattr(config.data, k) == v}
-    if config.data.task != "math_word":
-        data_unset.add("math_word")
+    data_unset |= {task for task in ("math_word", "sorting") if config.data.task != task}
     data = config.data.model_dump(exclude={"analogs", *data_unset})
     _drop_unset(data)
     warmup = config.warmup.model_dump(exclude={"cache", "cache_dir"} | ({"data"} if config.warmup.data is None else set()))

