@@ -178,6 +178,7 @@ class Channel:
     async def _finish(self, version: int, live: list, send, receives: list) -> None:
         """Record who holds the version; dead replicas restart, the others that missed it get it
         through the object store, and a broken group is replaced at the next publish."""
+        lineages = {pool.name: pool.lineage for pool in self.targets}
         try:
             answer = await send
             sent = answer.get("error")
@@ -194,7 +195,7 @@ class Channel:
         for (pool, rep), task in zip(live, receives):
             error = task.result() if task in done else TimeoutError(f"no answer in {self.settings.timeout_s:g}s")
             if error is None:
-                await pool.holds(rep, version)
+                await pool.holds(rep, version, lineages[pool.name])
             elif isinstance(error, ACTOR_ERRORS):
                 pool._lost(rep, error)
             elif isinstance(error, ray.exceptions.RayTaskError) and type(error.cause).__name__ == "WeightMismatchError":

@@ -464,19 +464,22 @@ class Pool:
             raise RuntimeError(f"role {self.name!r}: no weights were published yet")
         return self.weights_version, self.weights
 
-    async def holds(self, rep: Replica, version: int) -> None:
-        """Record that `rep` installed `version` (a collective broadcast)."""
-        rep.version = max(rep.version, version)
+    async def holds(self, rep: Replica, version: int, lineage: int | None = None) -> None:
+        """Record that `rep` installed `version` (a collective broadcast started in `lineage`)."""
+        if lineage is None or lineage == self.lineage:  # not a broadcast of a learner since restarted
+            rep.version = max(rep.version, version)
         async with self._changed:
             self._changed.notify_all()
 
     async def _sync(self, rep: Replica, version: int, payload, own=None) -> None:
+        lineage = self.lineage
         try:
             if own is None or not await self._took_own(rep, version, own):
                 if payload is None:  # every replica was to take a payload of its own: make the common one now
                     version, payload = await self.payload()
                 await rep.handle.update_weights.remote(version, payload)
-            rep.version = max(rep.version, version)
+            if lineage == self.lineage:  # a sync still in flight from before a learner restart counts for nothing
+                rep.version = max(rep.version, version)
         except ACTOR_ERRORS as e:
             self._lost(rep, e)
         except ray.exceptions.RayTaskError as e:
@@ -485,6 +488,7 @@ class Pool:
             self._changed.notify_all()
 
     own_fallbacks = 0  # replicas whose own payload (CUDA IPC) failed, served by the object store instead
+    lineage = 0  # learner restarts so far: a version sent before one is not the restored learner's
 
     async def _took_own(self, rep: Replica, version: int, own) -> bool:
         """Install `version` from the replica's own payload; False where that failed for a reason the
@@ -550,6 +554,7 @@ class Pool:
         replicas hold, is what every replica takes before it gets work. Shared statistics start over
         (the restart's restore loads the checkpoint's)."""
         self.version, self.published, self.weights, self.weights_version, self._export = 0, False, None, 0, None
+        self.lineage += 1
         for rep in self.replicas:
             rep.version = 0
         if self.held is not None:

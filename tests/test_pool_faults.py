@@ -203,3 +203,37 @@ def test_verifier_statistics_survive_restarts_count_retries_once_and_resume(clus
     assert all(both)
     p1 = final["state"]["verpo"]["verpo"]["p1"]  # b, c, d and e: 16 attempts, 8 passes of test 2
     assert np.allclose(p1[1], [16, 16, 16]) and np.allclose(p1[2], [8, 12, 4])
+
+
+def test_a_weight_sync_in_flight_across_a_learner_restart_counts_for_nothing() -> None:
+    """A replica that is still taking version 7 from the learner that died must not be recorded as
+    holding it once the pool forgot its weights for the restored learner (it would then never take
+    the restored learner's older version, and never get work: Pool._acquire waits for equal versions)."""
+
+    async def main():
+        pool = object.__new__(Pool)
+        pool.name, pool.replicas, pool.held, pool.fatal = "generator", [], None, None
+        pool.version, pool.published, pool.weights, pool.weights_version, pool._export = 7, True, None, 7, None
+        pool._changed = asyncio.Condition()
+        release = asyncio.Event()
+
+        async def installing(*_):
+            await release.wait()
+            return 7
+
+        rep = SimpleNamespace(index=0, version=6, alive=True,
+                              handle=SimpleNamespace(update_weights=SimpleNamespace(remote=installing)))
+        pool.replicas = [rep]
+        sync = asyncio.ensure_future(pool._sync(rep, 7, payload=object()))
+        await asyncio.sleep(0)
+        pool.forget_weights()  # the learner died and restarts from an older checkpoint
+        release.set()
+        await sync
+        stale = rep.version
+        await pool.holds(rep, 7, lineage=0)  # a broadcast that finishes late, from before the restart
+        late = rep.version
+        after = asyncio.ensure_future(pool._sync(rep, 4, payload=object()))  # the restored learner's version
+        await after
+        return stale, late, rep.version
+
+    assert asyncio.run(main()) == (0, 0, 4)
