@@ -34,6 +34,11 @@ class Registry:
 
         return deco
 
+    def register_paths(self, paths: dict[str, str]) -> None:
+        """Register built-ins by `module:attr` path (a LazyRegistry imports each on first use)."""
+        for name, path in paths.items():
+            self.register(name)(path)
+
     def snapshot(self) -> dict[str, Any]:
         """A copy of the table, built-ins loaded (a test that registers restores it afterwards)."""
         self._load()

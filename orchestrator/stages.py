@@ -21,8 +21,7 @@ BUILT_IN = {
     "judge": "pipelines.stages.judge:JudgeWarmup",
     "laser": "pipelines.stages.laser:LaserWarmup",
 }
-for _name, _path in BUILT_IN.items():
-    STAGES.register(_name)(_path)
+STAGES.register_paths(BUILT_IN)
 DEFAULT = tuple(BUILT_IN)  # every recipe's stages unless it says otherwise; each runs only if enabled
 POLICY_ROLES = ("generator", "verifier", "policy_learner")
 

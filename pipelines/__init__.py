@@ -19,5 +19,4 @@ BUILT_IN = {
     "self_rewarding": "pipelines.self_rewarding:SelfRewarding",
     "laser": "pipelines.laser:Laser",
 }
-for _name, _path in BUILT_IN.items():
-    RECIPES.register(_name)(_path)
+RECIPES.register_paths(BUILT_IN)
