@@ -44,13 +44,18 @@ class Generator:
             model = modeling.load_model(model_source, attn=config.model.attn_implementation)
         # model.dtype (bfloat16 on a GPU by default); the learner's float32 updates are cast as they load
         model = inference_copy(model, modeling.inference_dtype(config.model.dtype, device))
-        # sleep mode is set when the engine is built (vLLM); only rollout.backend=vllm may ask for it
-        sleep = {"sleep_mode": True} if config.rollout.vllm_sleep_level else {}
+        # the backend's options: sleep mode is set when the engine is built (vLLM); only
+        # rollout.backend=vllm may ask for it
+        options = {"sleep_mode": True} if config.rollout.vllm_sleep_level else {}
         backend = BACKENDS.get(config.rollout.backend)
         if shares_gpu(role.get("num_gpus", 0)) and "free_memory" in inspect.signature(backend).parameters:
-            sleep["free_memory"] = True  # the HF backend: its KV cache goes back to the GPU after each call
+            options["free_memory"] = True  # the HF backend: its KV cache goes back to the GPU after each call
+        if "static_cache" in inspect.signature(backend).parameters:
+            from actors.generation.static_cache import wanted
+            options["static_cache"] = wanted(config.rollout.hf_static_cache, device, config.rollout.max_new_tokens,
+                                             episodes=config.env.name is not None)
         context = getattr(model.config, "max_position_embeddings", None)
-        self.backend = backend(model, tokenizer, device=device, **sleep)
+        self.backend = backend(model, tokenizer, device=device, **options)
         self.config = config.rollout
         self.episodes = None  # multi-turn episodes with an environment (env.name; actors/envs/rollout.py)
         if config.env.name is not None:

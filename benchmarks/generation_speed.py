@@ -7,6 +7,9 @@ at temperature 1 with no truncation, so transformers adds no warper. `bare` is w
 `generate(do_sample=True, num_return_sequences=samples)` (the prompts are expanded before the
 prefill). `coevo` is `HFBackend.generate`: it runs each prompt's prefill once, computes the
 behaviour log-prob of every sampled token (which bare does not) and returns the flat Samples.
+`coevo_dynamic` and `coevo_static` force `rollout.hf_static_cache` off or on; `coevo` is what a run
+would pick (auto: static on a GPU at 64 or more new tokens, each decoding step one replayed CUDA
+graph; dynamic on a CPU).
 `bare_static` (optional) is bare with transformers' static KV cache, which it compiles on a GPU
 (CUDA graphs); its first call compiles and is not timed.
 
@@ -64,16 +67,22 @@ def variants(model, tok, device: str, prompts: list[str], samples: int, new_toke
     from transformers import GenerationConfig
 
     from actors.generation.hf import HFBackend
+    from actors.generation.static_cache import wanted
 
-    backend = HFBackend(model, tok, device=device)
-    backend.eos_ids = []  # no EOS: exactly new_tokens each
+    # coevo: the backend as a run builds it (rollout.hf_static_cache auto: static and compiled on a
+    # GPU, dynamic on a CPU); coevo_dynamic / coevo_static: either way, forced
+    backends = {"coevo": HFBackend(model, tok, device=device, static_cache=wanted(None, device, new_tokens, False)),
+                "coevo_dynamic": HFBackend(model, tok, device=device, static_cache=False),
+                "coevo_static": HFBackend(model, tok, device=device, static_cache=True)}
+    for backend in backends.values():
+        backend.eos_ids = []  # no EOS: exactly new_tokens each
     model.generation_config.eos_token_id = None  # nor for generate, which merges the model's own settings in
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     plain = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
                  num_return_sequences=samples, pad_token_id=tok.pad_token_id, eos_token_id=None)
 
-    def coevo() -> int:
-        out = backend.generate(prompts, n=samples, max_new_tokens=new_tokens)
+    def coevo(name: str) -> int:
+        out = backends[name].generate(prompts, n=samples, max_new_tokens=new_tokens)
         return int(out.response_lengths.sum())
 
     def bare(**extra) -> int:
@@ -83,7 +92,8 @@ def variants(model, tok, device: str, prompts: list[str], samples: int, new_toke
         assert new.shape[1] == new_tokens, f"bare generate stopped after {new.shape[1]} of {new_tokens} tokens"
         return int(new.numel())
 
-    return {"coevo": coevo, "bare": bare, "bare_static": lambda: bare(cache_implementation="static")}
+    return {**{name: (lambda name=name: coevo(name)) for name in backends},
+            "bare": bare, "bare_static": lambda: bare(cache_implementation="static")}
 
 
 def sync(device: str) -> None:
@@ -99,8 +109,14 @@ def measure(args) -> dict:
     prompts = prompts_for(prompts_n)
     fns = variants(model, tok, args.device, prompts, samples, new_tokens)
     names = args.variants.split(",")
+    first = {}
     for name in names:  # untimed: CUDA context, kernels, a static cache's compilation
+        sync(args.device)
+        start = time.perf_counter()
         fns[name]()
+        sync(args.device)
+        first[name] = time.perf_counter() - start
+        print(f"first call {name:13} {first[name]:8.3f} s (untimed: kernels, compilation)", flush=True)
     runs = {name: [] for name in names}
     rounds = [(r, seed) for r in range(args.repeats) for seed in args.seeds]
     for i, (r, seed) in enumerate(rounds):
@@ -117,11 +133,12 @@ def measure(args) -> dict:
             print(f"seed {seed} {name:12} {seconds:8.3f} s  {tokens / seconds:9.0f} new tok/s", flush=True)
     summary = {name: {"median_s": statistics.median(r["s"] for r in rs), "min_s": min(r["s"] for r in rs),
                       "max_s": max(r["s"] for r in rs),
-                      "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs)} for name, rs in runs.items()}
-    for name in names:
-        if name != "coevo" and "coevo" in runs:  # coevo's speed over the other's, paired by seed
-            ratios = [b["s"] / c["s"] for c, b in zip(runs["coevo"], runs[name])]  # paired by seed and round
-            summary[f"coevo_vs_{name}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+                      "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs), "first_call_s": first[name]}
+               for name, rs in runs.items()}
+    for mine in [n for n in names if n.startswith("coevo")]:  # each coevo variant's speed over each other
+        for name in [n for n in names if n != mine and (mine == "coevo" or n.startswith("bare"))]:
+            ratios = [b["s"] / c["s"] for c, b in zip(runs[mine], runs[name])]  # paired by seed and round
+            summary[f"{mine}_vs_{name}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     params = sum(p.numel() for p in model.parameters())
     return {"preset": args.preset, "params": params, "device": args.device, "machine": machine(args.device),
             "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
@@ -146,14 +163,14 @@ def table(result: dict) -> str:
     head = (f"{result['preset']} ({result['params'] / 1e6:.1f}M params, {result['dtype']}) on {result['machine']}: "
             f"{result['prompts']} prompts x {result['samples']} samples x {result['new_tokens']} new tokens, "
             f"seeds {result['seeds']} x {result.get('repeats', 1)} rounds, load {result['load'][0]:.1f}")
-    lines = [head, f"{'variant':14} {'median s':>9} {'min-max s':>15} {'new tok/s':>10}"]
+    lines = [head, f"{'variant':14} {'median s':>9} {'min-max s':>15} {'new tok/s':>10} {'first call s':>12}"]
     for name, v in s.items():
-        if name.startswith("coevo_vs_"):
-            continue
-        lines.append(f"{name:14} {v['median_s']:9.3f} {v['min_s']:7.3f}-{v['max_s']:<7.3f} {v['tokens_per_s']:10.0f}")
+        if "_vs_" not in name:
+            lines.append(f"{name:14} {v['median_s']:9.3f} {v['min_s']:7.3f}-{v['max_s']:<7.3f} {v['tokens_per_s']:10.0f}"
+                         f" {v.get('first_call_s', float('nan')):12.1f}")
     for name, v in s.items():
-        if name.startswith("coevo_vs_"):
-            lines.append(f"{name}: {v['median']:.3f}x (runs {v['min']:.3f}-{v['max']:.3f}; goal >= 0.95)")
+        if "_vs_" in name:
+            lines.append(f"{name}: {v['median']:.3f}x (runs {v['min']:.3f}-{v['max']:.3f}; goal >= 0.95 against bare)")
     return "\n".join(lines)
 
 
@@ -168,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--new-tokens", type=int, default=0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--repeats", type=int, default=1, help="rounds over the seeds (a loaded machine needs more)")
-    parser.add_argument("--variants", default="coevo,bare", help="any of coevo,bare,bare_static")
+    parser.add_argument("--variants", default="coevo,bare", help="any of coevo,coevo_dynamic,coevo_static,bare,bare_static "
+                        "(coevo: as a run builds it, static and compiled on a GPU)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a CPU, all on a GPU host)")
     parser.add_argument("--out", help="write the result as JSON here")
     args = parser.parse_args(argv)

@@ -190,6 +190,11 @@ class RolloutConfig(Section):
     # weights offloaded to CPU, 2: weights discarded and reloaded from the next update); 0: never.
     # Strict on-policy only (train.max_staleness=0). On CPU it does nothing, with a warning.
     vllm_sleep_level: int = Field(0, ge=0, le=2)
+    # rollout.backend=hf: decode over a static KV cache, each step one compiled CUDA graph
+    # (actors/generation/static_cache.py). None (auto): on a GPU for single-turn rollouts of 64 or
+    # more new tokens (not for the default job's 8, nor for multi-turn episodes, whose batches shrink
+    # turn by turn); the first call of each batch shape compiles, later ones replay.
+    hf_static_cache: Optional[bool] = None
 
     @field_validator("backend")
     @classmethod
@@ -215,6 +220,9 @@ class RolloutConfig(Section):
         if self.vllm_sleep_level and self.backend != "vllm":
             raise ValueError(f"rollout.vllm_sleep_level={self.vllm_sleep_level} applies to rollout.backend=vllm, "
                              f"not {self.backend!r}; set it to 0")
+        if self.hf_static_cache and self.backend != "hf":
+            raise ValueError(f"rollout.hf_static_cache=true applies to rollout.backend=hf, not {self.backend!r} "
+                             "(vLLM captures its own CUDA graphs); remove it")
         return self
 
 

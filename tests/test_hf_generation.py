@@ -114,3 +114,94 @@ def test_on_a_gpu_the_late_check_returns_the_same_samples_and_a_shared_gpu_gets_
     backend.generate(PROMPTS * 16, n=8, max_new_tokens=64)
     kept = torch.cuda.memory_reserved()
     assert weights <= freed < kept  # the KV cache's blocks went back to the GPU; without, the allocator kept them
+
+
+@pytest.mark.parametrize("early", [False, True])
+@pytest.mark.parametrize("kwargs", [dict(n=4, max_new_tokens=12), dict(n=3, max_new_tokens=9, temperature=0.7, top_k=20),
+                                    dict(n=2, max_new_tokens=10, top_p=0.9, next_token=5),
+                                    dict(n=1, max_new_tokens=8, greedy=True)])
+def test_a_static_kv_cache_samples_what_the_dynamic_one_does(backend, kwargs, early) -> None:
+    """rollout.hf_static_cache: the prefill copied into a static cache, every slot masked in but
+    hidden by causality until written, gives the same tokens and (to rounding) the same log-probs."""
+    static = HFBackend(backend.model, backend.tokenizer, static_cache=True)
+    eos = backend.eos_ids
+    if early:
+        static.eos_ids = backend.eos_ids = sorted(set(eos) | set(range(3, 60)))
+    try:
+        for seed in range(3):
+            a, b = run(backend, False, seed, **kwargs), run(static, False, seed, **kwargs)
+            assert np.array_equal(a.response_ids, b.response_ids)
+            assert np.array_equal(a.response_lengths, b.response_lengths) and a.finish_reason == b.finish_reason
+            assert np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+            if a.next_logprobs is not None:
+                assert np.allclose(a.next_logprobs, b.next_logprobs, atol=1e-5, equal_nan=True)
+    finally:
+        backend.eos_ids = eos
+
+
+def test_a_static_cache_is_kept_per_batch_shape_and_reused() -> None:
+    from actors.generation.static_cache import KEEP_SHAPES
+    tok = modeling.char_tokenizer()
+    backend = HFBackend(modeling.tiny_model(tok, **TINY, seed=3), tok, static_cache=True)
+    backend.generate(PROMPTS, n=2, max_new_tokens=5)
+    (shape, (cache, _)), = backend.static.shapes.items()
+    assert shape == (8, 64)  # 8 rows; prompt width + 5 new tokens, rounded up to the bucket
+    backend.generate(PROMPTS[::-1], n=2, max_new_tokens=7)  # same shape: the same cache, reset
+    assert list(backend.static.shapes) == [shape] and backend.static.shapes[shape][0] is cache
+    for n in range(1, KEEP_SHAPES + 2):  # more shapes than are kept: the least recently used goes
+        backend.generate(PROMPTS[:1], n=n, max_new_tokens=3)
+    assert len(backend.static.shapes) == KEEP_SHAPES and shape not in backend.static.shapes
+
+
+def test_static_cache_auto_is_on_for_long_single_turn_decodes_on_a_gpu() -> None:
+    from actors.generation.static_cache import wanted
+    assert wanted(None, "cuda:0", 200, episodes=False)
+    assert not wanted(None, "cuda:0", 8, episodes=False)  # the default job: too few steps to repay a compile
+    assert not wanted(None, "cuda:0", 200, episodes=True)  # batches that shrink turn by turn
+    assert not wanted(None, "cpu", 200, episodes=False)
+    assert wanted(True, "cpu", 8, episodes=True) and not wanted(False, "cuda", 512, episodes=False)
+
+
+def test_static_cache_is_the_hf_backends_setting() -> None:
+    from orchestrator.config import validate_config
+    assert validate_config({"rollout": {"hf_static_cache": True}}).rollout.hf_static_cache
+    with pytest.raises(ValueError, match="hf_static_cache=true applies to rollout.backend=hf, not 'vllm'"):
+        validate_config({"rollout": {"backend": "vllm", "hf_static_cache": True}})
+
+
+def compiled_decodes_like_the_dynamic_loop(device: str, mode: str | None) -> None:
+    """The static cache's step under torch.compile: one graph for the whole forward (no break, which
+    would split a CUDA graph), the same greedy tokens as the eager dynamic loop, float32; a second
+    call of a shape compiles nothing, a new batch shape compiles once."""
+    from torch._dynamo.utils import counters
+
+    from actors.generation.static_cache import StaticDecoder
+    tok = modeling.char_tokenizer()
+    model = modeling.tiny_model(tok, **TINY, init_std=0.5, seed=3)
+    dynamic = HFBackend(model, tok, device=device)
+    static = HFBackend(model, tok, device=device, static_cache=True)
+    if mode is not None:
+        static.static = StaticDecoder(static.model, mode)
+    kwargs = dict(n=4, max_new_tokens=24, greedy=True, next_token=5)
+    counters.clear()
+    a, b = dynamic.generate(PROMPTS * 2, **kwargs), static.generate(PROMPTS * 2, **kwargs)
+    assert np.array_equal(a.response_ids, b.response_ids) and np.array_equal(a.response_lengths, b.response_lengths)
+    assert np.allclose(a.logprobs, b.logprobs, atol=1e-3)
+    assert np.allclose(a.next_logprobs, b.next_logprobs, atol=1e-3, equal_nan=True)
+    assert counters["stats"]["unique_graphs"] == 1 and counters["frames"]["ok"] == 1
+    c = static.generate(PROMPTS * 2, **kwargs)
+    assert counters["frames"]["total"] == 1  # replayed, not compiled again
+    assert np.array_equal(b.response_ids, c.response_ids)
+    static.generate(PROMPTS, **kwargs)
+    assert counters["frames"]["total"] == 2
+
+
+@pytest.mark.slow
+def test_the_compiled_static_step_is_one_graph_and_compiles_once_per_shape() -> None:
+    compiled_decodes_like_the_dynamic_loop("cpu", "")  # inductor's default mode: the CPU has no CUDA graphs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_compiled_static_cache_decodes_what_the_dynamic_one_does() -> None:
+    compiled_decodes_like_the_dynamic_loop("cuda", None)  # the backend's own: reduce-overhead, CUDA graphs

@@ -20,9 +20,12 @@ class HFBackend:
     can_sleep = False  # its model stays where it is; sleeping is vLLM's (rollout.vllm_sleep_level)
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", sleep_mode: bool = False,
-                 free_memory: bool = False):
+                 free_memory: bool = False, static_cache: bool = False):
         """`free_memory`: hand the KV cache's memory back to the GPU after every call (the generator
-        shares its GPU with a learner, which trains while it idles)."""
+        shares its GPU with a learner, which trains while it idles).
+        `static_cache` (rollout.hf_static_cache, resolved by static_cache.wanted): decode over a
+        static KV cache, each step one compiled CUDA graph (actors/generation/static_cache.py); on
+        a CPU the step runs eagerly over it (no faster: what the tests check it with)."""
         unsupported = unsupported_settings(model.generation_config)
         if unsupported:
             raise ValueError(f"the model's generation_config sets {unsupported}, which the learner cannot "
@@ -32,6 +35,11 @@ class HFBackend:
         self.device = device
         self.free_memory = free_memory and str(device).startswith("cuda")
         self.defer_stop = str(device).startswith("cuda")  # read "all ended" a step late (see generate)
+        gpu = str(device).startswith("cuda")
+        self.static = None
+        if static_cache:
+            from actors.generation.static_cache import StaticDecoder
+            self.static = StaticDecoder(self.model, "reduce-overhead" if gpu else None)
         # the generation_config's eos ids, the tokenizer's, and the chat template's end-of-turn tokens
         self.eos_ids = stop_token_ids(model.generation_config, tokenizer)
 
@@ -104,6 +112,9 @@ class HFBackend:
         after = torch.full((len(logits),), float("nan"), device=dev)  # log pi(next_token | x, y)
         stopped = torch.zeros(len(logits), dtype=torch.long, device=dev)  # length, where a stop string ended it
         deferred = _DeferredFlag(dev) if self.defer_stop and not stop else None
+        if self.static is not None:
+            self.static.start(cache, mask, max_new_tokens)
+            cache = None  # copied: the prefill's own cache goes
         tokens, logprobs = [], []
         for step in range(max_new_tokens):
             x = logits.float() if greedy else processed_logits(logits.float(), temperature, top_k, top_p)
@@ -125,9 +136,12 @@ class HFBackend:
                 last = bool(finished.all())
             if last and next_token is None:
                 break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position,
-                           use_cache=True, **cache_kwargs(model, cache)).logits[:, -1]
+            if self.static is not None:
+                logits = self.static.step(token, position)
+            else:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position,
+                               use_cache=True, **cache_kwargs(model, cache)).logits[:, -1]
             position = position + 1
             if next_token is not None:  # the logits after each response's final token
                 fill = (ended | torch.isnan(after)) if last else ended
