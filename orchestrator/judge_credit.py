@@ -5,9 +5,11 @@ A learned source is a `judge: true`, `model:` or `laser: true` reward. Where the
 prompt (`verifier.fraction`), the batch shows how good that source is: its scores and the labels of
 the last `judge_credit.window` batches are kept, and before aggregation each learned column is
 
-1. guarded (`min_auroc`): while the source's AUROC against the labels is below it, its values are
-   dropped (null: missing by design), so the recipe trains on its labelled-only reward, as GRPO on
-   the labelled prompts would; it comes back once the AUROC recovers (`learned/<s>/guard`);
+1. guarded (`min_auroc`): while the source's AUROC against the labels is below it, on the window or
+   on this batch alone (a judge that collapses is dropped at once, not after the window has
+   forgotten its good batches), its values are dropped (null: missing by design), so the recipe
+   trains on its labelled-only reward, as GRPO on the labelled prompts would; it comes back once
+   both recover (`learned/<s>/guard`; `learned/<s>/auroc_batch`: this batch's own AUROC);
 2. calibrated (`confidence: calibrated` or `gated`): Platt scaling fitted on those labelled rows,
    so the value is the probability that the response is right (a judge's P(yes) is not one, a
    reward model's score is unbounded);
@@ -40,8 +42,8 @@ class JudgeCreditConfig(Section):
     confidence: Literal["raw", "calibrated", "gated"] = "raw"
     gate_band: float = Field(0.15, ge=0, lt=0.5)  # gated: |P(correct) - 0.5| below this is unsure
     min_spread: float = Field(0.0, ge=0)  # groups whose learned values differ by less get no advantage from them
-    # the guard: below this AUROC against the verifier (labelled rows of the window) the learned
-    # source is dropped and the recipe trains on its labelled-only reward (None: never)
+    # the guard: below this AUROC against the verifier (labelled rows of the window, or of this
+    # batch alone) the learned source is dropped and the recipe trains on its labelled-only reward (None: never)
     min_auroc: Optional[float] = Field(None, ge=0, le=1)
     window: int = Field(4, ge=1)  # train batches whose labelled rows calibration and the guard read
     label_source: Optional[str] = None  # the verifier source (default: the accuracy source)
@@ -165,9 +167,13 @@ class LearnedRewards(RewardColumns):
             positive = truth >= 0.5
             enough = min(int(positive.sum()), int((~positive).sum())) >= MIN_PER_CLASS
             auc = auroc(score, positive) if enough else None
-            m = {"auroc": auc}
+            now = np.asarray(self.history[s][-1], np.float64).reshape(-1, 2)
+            now_pos = now[:, 1] >= 0.5
+            now_auc = (auroc(now[:, 0], now_pos) if min(int(now_pos.sum()), int((~now_pos).sum())) >= MIN_PER_CLASS
+                       else None)
+            m = {"auroc": auc, "auroc_batch": now_auc}
             if self.cfg.min_auroc is not None and auc is not None:
-                self.guarded[s] = auc < self.cfg.min_auroc
+                self.guarded[s] = min(auc, auc if now_auc is None else now_auc) < self.cfg.min_auroc
             m["guard"] = float(self.guarded[s]) if self.cfg.min_auroc is not None else None
             if self.guarded[s]:
                 values = np.full_like(values, np.nan)

@@ -137,6 +137,23 @@ def test_the_guard_drops_a_judge_at_chance_and_brings_it_back_when_it_ranks():
     assert back.column("reward.judge").to_numpy(zero_copy_only=False) == pytest.approx(good.astype(np.float32))
 
 
+def test_the_guard_drops_a_judge_the_batch_it_collapses_not_when_the_window_forgets():
+    """Three good batches, then one at chance: the window's AUROC is still high, the batch's is not,
+    and the judge is dropped at once; a good batch brings it back."""
+    part = LearnedRewards(credit_config("judge_credit.min_auroc=0.6", "judge_credit.window=4"))
+    labels = np.r_[np.ones(20), np.zeros(20)]
+    good = np.r_[np.linspace(0.6, 1, 20), np.linspace(0, 0.4, 20)]
+    for _ in range(3):
+        part(judged(good, labels))
+        assert part.metrics()["learned/judge/guard"] == 0.0
+    flipped = part(judged(1 - good, labels))  # ranks every pair the wrong way round
+    m = part.metrics()
+    assert m["learned/judge/auroc"] >= 0.6 and m["learned/judge/auroc_batch"] == 0.0
+    assert m["learned/judge/guard"] == 1.0 and flipped.column("reward.judge").null_count == 40
+    part(judged(good, labels))
+    assert part.metrics()["learned/judge/guard"] == 0.0
+
+
 def test_the_guard_waits_for_both_kinds_of_label():
     part = LearnedRewards(credit_config("judge_credit.min_auroc=0.6"))
     out = part(judged(np.random.default_rng(0).random(20), np.r_[np.ones(18), np.zeros(2)]))
