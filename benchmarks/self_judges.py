@@ -17,7 +17,8 @@ rewards enter the advantage, orchestrator/judge_credit.py):
   self_judged_grpo  + the policy's own judgment (judging warm-up on labelled samples) elsewhere
   grpo_after_judge_warmup  the control: self_judged_grpo's warm-up and start, its judge not used (no fill)
   spark             + its judge, also trained online on the labelled rollouts (pointwise)
-  laser             + LaSeR's last-token self-reward (its self-verification warm-up, labelled prompts)
+  laser             + LaSeR's last-token self-reward (its self-verification warm-up, labelled prompts;
+                    its NLL on every sample, label-blind: laser.warmup_nll_on=all)
   cooper            + a reward model (warm-up on labelled pairs) trained online on labelled pairs
   self_rewarding    DPO iterations on pairs: labels where they exist, the judge elsewhere
   spc               + the SPC critic (judging warm-up; trained on the game and the policy's labelled errors)
@@ -74,7 +75,7 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
         "spark": ("spark", [judge, f"aggregate.fill={{{v}: judge}}", *warm, f"spark.eval_prompts={args.eval_prompts}"]),
         "laser": ("laser", [f"rewards=[{{name: {v}}}, {{name: self, laser: true, weight: 0}}]",
                             f"aggregate.fill={{{v}: self}}", f"verifier.accuracy_source={v}",
-                            f"laser.warmup_steps={args.laser_warmup}", "laser.warmup_nll=0.0",
+                            f"laser.warmup_steps={args.laser_warmup}", "laser.warmup_nll_on=all",
                             f"laser.eval_prompts={args.eval_prompts}"]),
         "cooper": ("cooper", [f"rewards=[{{name: {v}}}, {{name: rm, model: auto, weight: 0}}]",
                               f"aggregate.fill={{{v}: rm}}", f"verifier.accuracy_source={v}",

@@ -77,6 +77,17 @@ def labelled():
     return cfg, B.replace_column(table, "reward.correct", pa.array(label))
 
 
+def test_the_warm_ups_nll_reads_the_correct_samples_or_every_sample(labelled):
+    """laser.warmup_nll_on: "correct" teaches from the labels (a batch with no correct sample has no
+    NLL), "all" is label-blind (the same batch has one)."""
+    cfg, table = labelled
+    c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))
+    wrong = B.replace_column(with_offset(table, c), "reward.correct", pa.array(np.zeros(table.num_rows, np.float32)))
+    learner = laser_learner(cfg)
+    assert learner.call_objective("laser_align", "align_steps", [wrong], 1e-9, 0.05, "correct")["laser_warmup/nll"] == 0
+    assert learner.call_objective("laser_align", "align_steps", [wrong], 1e-9, 0.05, "all")["laser_warmup/nll"] > 0
+
+
 def test_self_verification_steps_fit_r_to_the_labels(labelled):
     cfg, table = labelled
     learner = laser_learner(cfg)

@@ -93,11 +93,13 @@ class LaserAlign(Objective):
         return {"train/laser_mse": sums.get("laser_mse", 0.0) / max(updates, 1)}
 
     # ---- the self-verification warm-up -------------------------------------------------------------
-    def align_steps(self, batches: list[pa.Table], lr: float, nll_weight: float) -> dict:
+    def align_steps(self, batches: list[pa.Table], lr: float, nll_weight: float, nll_on: str = "correct") -> dict:
         """One optimizer step (the warm-ups' own AdamW at `lr`) per batch of the policy's own
         verifier-labelled samples: MSE between r and the label, plus `nll_weight` x the NLL of the
-        correct samples (without it the shared weights forget the task). The warm-up runs alone, so
-        it takes every core even where async training shares them with generators."""
+        correct samples (`nll_on="correct"`: without it the shared weights forget the task, and with
+        it they also learn the task from the labels) or of every sample (`"all"`: label-blind, it
+        holds the policy near the one that drew the samples and teaches nothing). The warm-up runs
+        alone, so it takes every core even where async training shares them with generators."""
         from actors.runtime import torch_threads
         from actors.sampling import token_logprobs
 
@@ -113,7 +115,9 @@ class LaserAlign(Objective):
                 ids, mask, positions, r_ids, r_mask, p_width = lrn._sequences(table)
                 logits, tail = lrn._response_logits(lrn.model, ids, mask, positions, p_width, after=True)
                 mse = ((self.self_reward(tail, c) - label.to(dev)) ** 2).mean()
-                good = r_mask.to(dev).float() * (label >= 0.5).float().to(dev)[:, None]
+                good = r_mask.to(dev).float()
+                if nll_on == "correct":
+                    good = good * (label >= 0.5).float().to(dev)[:, None]
                 nll = -(token_logprobs(logits, r_ids.to(dev)) * good).sum() / good.sum().clamp(min=1)
                 loss = mse + nll_weight * nll
                 if not torch.isfinite(loss):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,9 @@ class LaserConfig(Section):
     warmup_steps: int = Field(0, ge=0)
     warmup_lr: float = Field(5e-4, gt=0)
     warmup_nll: float = Field(0.05, ge=0)
+    # whose NLL: the correct samples' (it also teaches the task from the labels) or every sample's
+    # (label-blind: it only holds the policy where it was, as the judging warm-ups' `warmup_task: own`)
+    warmup_nll_on: Literal["correct", "all"] = "correct"
     warmup_pairs: int = Field(64, gt=0)  # pairs per step
     warmup_resample: int = Field(100, gt=0)
     warmup_prompts: int = Field(2048, gt=0)
@@ -149,7 +152,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         stats = {}
         for i in range(0, n, _CHUNK):  # one optimizer across the chunks: the same steps, progress between them
             part = await learner.call("call_objective", "laser_align", "align_steps", batches[i:i + _CHUNK],
-                                      laser.warmup_lr, laser.warmup_nll, table=False)
+                                      laser.warmup_lr, laser.warmup_nll, laser.warmup_nll_on, table=False)
             chunk = len(batches[i:i + _CHUNK])
             stats = {k: stats.get(k, 0.0) + v * chunk / n for k, v in part.items()}  # the block's means
             progress.update(steps + i + chunk, f"mse {part['laser_warmup/mse']:.3f}, nll {part['laser_warmup/nll']:.3f}")
