@@ -51,9 +51,11 @@ class Generator:
         if shares_gpu(role.get("num_gpus", 0)) and "free_memory" in inspect.signature(backend).parameters:
             options["free_memory"] = True  # the HF backend: its KV cache goes back to the GPU after each call
         if "static_cache" in inspect.signature(backend).parameters:
-            from actors.generation.static_cache import wanted
+            from actors.generation.static_cache import AUTO_MIN_NEW_TOKENS, wanted
             options["static_cache"] = wanted(config.rollout.hf_static_cache, device, config.rollout.max_new_tokens,
                                              episodes=config.env.name is not None)
+            if config.rollout.hf_static_cache is None:  # auto: short calls (judges' verdicts) stay dynamic too
+                options["static_min_new_tokens"] = AUTO_MIN_NEW_TOKENS
         context = getattr(model.config, "max_position_embeddings", None)
         self.backend = backend(model, tokenizer, device=device, **options)
         self.config = config.rollout

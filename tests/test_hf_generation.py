@@ -153,6 +153,15 @@ def test_a_static_cache_is_kept_per_batch_shape_and_reused() -> None:
     assert len(backend.static.shapes) == KEEP_SHAPES and shape not in backend.static.shapes
 
 
+def test_calls_shorter_than_the_static_minimum_decode_with_the_dynamic_cache() -> None:
+    tok = modeling.char_tokenizer()
+    backend = HFBackend(modeling.tiny_model(tok, **TINY, seed=3), tok, static_cache=True, static_min_new_tokens=10)
+    backend.generate(PROMPTS, n=2, max_new_tokens=4)  # a judge's verdict: no static cache, no compilation
+    assert not backend.static.shapes
+    backend.generate(PROMPTS, n=2, max_new_tokens=12)
+    assert list(backend.static.shapes) == [(8, 64)]
+
+
 def test_static_cache_auto_is_on_for_long_single_turn_decodes_on_a_gpu() -> None:
     from actors.generation.static_cache import wanted
     assert wanted(None, "cuda:0", 200, episodes=False)

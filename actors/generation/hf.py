@@ -20,12 +20,14 @@ class HFBackend:
     can_sleep = False  # its model stays where it is; sleeping is vLLM's (rollout.vllm_sleep_level)
 
     def __init__(self, model: torch.nn.Module, tokenizer, device: str = "cpu", sleep_mode: bool = False,
-                 free_memory: bool = False, static_cache: bool = False):
+                 free_memory: bool = False, static_cache: bool = False, static_min_new_tokens: int = 1):
         """`free_memory`: hand the KV cache's memory back to the GPU after every call (the generator
         shares its GPU with a learner, which trains while it idles).
         `static_cache` (rollout.hf_static_cache, resolved by static_cache.wanted): decode over a
         static KV cache, each step one compiled CUDA graph (actors/generation/static_cache.py); on
-        a CPU the step runs eagerly over it (no faster: what the tests check it with)."""
+        a CPU the step runs eagerly over it (no faster: what the tests check it with). Calls asking
+        for fewer than `static_min_new_tokens` tokens (a judge's verdict, an evaluation's short
+        answer) decode with the dynamic cache: a compilation per shape would not pay for them."""
         unsupported = unsupported_settings(model.generation_config)
         if unsupported:
             raise ValueError(f"the model's generation_config sets {unsupported}, which the learner cannot "
@@ -40,6 +42,7 @@ class HFBackend:
         if static_cache:
             from actors.generation.static_cache import StaticDecoder
             self.static = StaticDecoder(self.model, "reduce-overhead" if gpu else None)
+        self.static_min_new_tokens = static_min_new_tokens
         # the generation_config's eos ids, the tokenizer's, and the chat template's end-of-turn tokens
         self.eos_ids = stop_token_ids(model.generation_config, tokenizer)
 
@@ -112,8 +115,9 @@ class HFBackend:
         after = torch.full((len(logits),), float("nan"), device=dev)  # log pi(next_token | x, y)
         stopped = torch.zeros(len(logits), dtype=torch.long, device=dev)  # length, where a stop string ended it
         deferred = _DeferredFlag(dev) if self.defer_stop and not stop else None
-        if self.static is not None:
-            self.static.start(cache, mask, max_new_tokens)
+        static = self.static if max_new_tokens >= self.static_min_new_tokens else None
+        if static is not None:
+            static.start(cache, mask, max_new_tokens)
             cache = None  # copied: the prefill's own cache goes
         tokens, logprobs = [], []
         for step in range(max_new_tokens):
@@ -136,8 +140,8 @@ class HFBackend:
                 last = bool(finished.all())
             if last and next_token is None:
                 break
-            if self.static is not None:
-                logits = self.static.step(token, position)
+            if static is not None:
+                logits = static.step(token, position)
             else:
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
                 logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position,

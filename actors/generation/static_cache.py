@@ -31,7 +31,8 @@ def wanted(setting: bool | None, device: str, max_new_tokens: int, episodes: boo
     """rollout.hf_static_cache, resolved: an explicit setting wins; auto (None) is on a GPU for
     single-turn rollouts of at least AUTO_MIN_NEW_TOKENS new tokens. Short decodes (the default job's
     8 tokens) launch too few steps to repay a compilation per batch shape, and multi-turn episodes
-    shrink their batch turn by turn (a compilation per size)."""
+    shrink their batch turn by turn (a compilation per size). Under auto a backend with the static
+    cache also decodes its own short calls (a judge's verdict) with the dynamic one."""
     if setting is not None:
         return setting
     return str(device).startswith("cuda") and max_new_tokens >= AUTO_MIN_NEW_TOKENS and not episodes
