@@ -109,7 +109,7 @@ def test_the_checks_see_a_circle_and_a_lazy_import(tmp_path: Path) -> None:
         ROOT = saved
 
 
-# ---- the learner knows no recipe: its objectives get their options as typed arguments --------------
+# ---- the actors know no recipe: they get their options as typed arguments -------------------------
 LEARNER_MODULES = ("actors/objectives/*.py", "actors/learner.py", "actors/trainable.py")
 
 
@@ -148,6 +148,20 @@ def test_no_objective_or_learner_module_reads_a_recipe_section() -> None:
     files = sorted({p for pattern in LEARNER_MODULES for p in ROOT.glob(pattern)})
     assert len(files) > 5
     assert [hit for p in files for hit in section_reads(p, sections)] == []
+
+
+# Not yet typed arguments: the reward-model learner and scorer (actors/reward_learner.py,
+# actors/reward_model.py) still read the reward_model section (its template, optimizer and pairing).
+STILL_READ = {"reward_model"}
+
+
+def test_no_actor_module_reads_a_recipe_section() -> None:
+    """Generators get their judging and LaSeR settings as role arguments (JudgingSpec, LaserSpec),
+    PRIME's PRM its beta and labels; no module under actors/ reads config.judge, .spark, .laser ..."""
+    sections = recipe_sections()
+    files = sorted((ROOT / "actors").rglob("*.py"))
+    assert ROOT / "actors" / "generator.py" in files and ROOT / "actors" / "prm_learner.py" in files
+    assert [hit for p in files for hit in section_reads(p, sections - STILL_READ)] == []
 
 
 def test_the_section_check_sees_a_read(tmp_path: Path) -> None:
