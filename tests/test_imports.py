@@ -203,3 +203,24 @@ def test_no_list_of_recipe_names_outside_pipelines() -> None:
 def test_the_recipe_list_check_sees_a_list(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("A = {'grpo': 1, 'ppo': 2}\nB = ('grpo', 'x')\nC = ['spark', 'laser']\n")
     assert recipe_name_lists(tmp_path / "m.py", {"grpo", "ppo", "spark", "laser"}) == ["m.py:1: grpo, ppo", "m.py:3: spark, laser"]
+
+
+def test_the_sandbox_is_reached_through_its_interface() -> None:
+    """The kernel-confined runner is a package of its own (actors/sandbox/): the code verifier, the
+    Python tool and the verifier import its interface (actors/sandbox/__init__.py), never a module
+    behind it, and every name of that interface resolves."""
+    import actors.sandbox
+
+    edges = graph()
+    assert "actors.sandbox.pool" in edges and "actors.sandbox.child" in edges
+    assert crossing_into(edges, "actors.sandbox") == []
+    assert all(getattr(actors.sandbox, name) is not None for name in actors.sandbox.__all__)
+    with pytest.raises(AttributeError, match="its interface"):
+        actors.sandbox.nothing_here  # noqa: B018
+
+
+def crossing_into(edges: dict[str, set[str]], package: str) -> list[str]:
+    """Imports of a module inside `package` from a module outside it."""
+    inside = package + "."
+    return sorted(f"{a} -> {b}" for a, deps in edges.items() if not (a == package or a.startswith(inside))
+                  for b in deps if b.startswith(inside))
