@@ -12,6 +12,8 @@ import pyarrow as pa
 import ray
 
 from actors import batch as B
+from actors.judging import JudgingSpec
+from actors.laser import LaserSpec, columns as laser_columns
 from actors.weight_transport import Endpoint, Link
 from actors.weights import StaleReplicaError, inference_copy
 
@@ -26,7 +28,11 @@ class Generator:
     """Hosts one generation backend. Stateless about the loop: it samples what it is given with the
     weights of the last version it was sent, and stamps that version on every row."""
 
-    def __init__(self, config, model_source: str | None, role: dict | None = None):
+    def __init__(self, config, model_source: str | None, role: dict | None = None,
+                 judging: JudgingSpec | None = None, laser: LaserSpec | None = None):
+        """`judging`: how `judge` scores (None: this generator judges nothing); `laser`: return LaSeR's
+        `laser_logprob` with every sample (None: not). Both are role arguments its recipe builds
+        (orchestrator.recipes.Recipe.generator_args), so the generator reads no recipe's section."""
         from actors import modeling
         from actors.generation import BACKENDS
         from actors.runtime import setup_torch
@@ -63,15 +69,8 @@ class Generator:
         if config.env.name is not None:
             from actors.envs.rollout import EpisodeRollouts
             self.episodes = EpisodeRollouts(config, self.backend, context)
-        self.judge_config = config.judge
-        self.judges = [r.name for r in config.judge_rewards()]
-        self.spark = getattr(config, "spark", None)  # recipe spark: its judging format (spark.mode)
-        self.laser = config.laser
-        self.lasers = [r.name for r in config.laser_rewards()]
-        self.laser_token = None
-        if self.lasers:
-            from actors.judging import single_token
-            self.laser_token = single_token(tokenizer, config.laser.token, "laser.token")
+        self.judging = judging
+        self.laser_token = None if laser is None else laser.token_id(tokenizer)
         self.seed = config.seed
         self.version = 0
         self.replica = replica
@@ -163,8 +162,7 @@ class Generator:
             extra["stop"] = cfg.stop
         out = self.backend.generate(texts, n=n, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                     top_p=cfg.top_p, top_k=cfg.top_k, greedy=greedy, **extra)
-        # LaSeR: log pi(z | x, y); the learner turns it into the self-reward beta * (. - c)
-        extra = {} if out.next_logprobs is None else {"laser_logprob": pa.array(out.next_logprobs, pa.float32())}
+        extra = laser_columns(out.next_logprobs)  # LaSeR: log pi(z | x, y), where it was asked for
         repeat = np.repeat(np.arange(prompts.num_rows), n)
         sample = np.tile(np.arange(n), prompts.num_rows)
         prompt_lengths = np.array([len(p) for p in out.prompt_ids], dtype=np.int64)
@@ -192,69 +190,42 @@ class Generator:
 
     @ray.method(num_returns=2)
     def judge(self, table: pa.Table, expect_version: int | None = None) -> tuple[pa.Table, dict]:
-        """The policy judges each (prompt, response) of `table` with the weights it holds: appends
-        `reward.<name>`/`reward_error.<name>` for every judge reward source and `judge_version`."""
-        from actors import judging
+        """The policy judges each (prompt, response) of `table` with the weights it holds, in the
+        format of its JudgingSpec (actors/judge_modes.py): appends `reward.<name>`/`reward_error.<name>`
+        for every judge reward source and `judge_version`."""
+        from actors import judge_modes
 
+        spec = self.judging
+        if spec is None:
+            raise RuntimeError(f"generator replica {self.replica} was built without a judging spec (its role's "
+                               "`judging` argument, which a recipe gives where a reward source is `judge: true`); "
+                               "it cannot judge")
         if expect_version is not None and expect_version != self.version:
             raise StaleReplicaError(f"judge replica {self.replica} holds version {self.version}, asked for {expect_version}")
         self._usable()
         start = time.perf_counter()
-        cfg, backend = self.judge_config, self.backend
         prompts, p_err = B.decode_texts(table, "prompt")
         responses, r_err = B.decode_texts(table, "response")
         errors = [pe or re or ("empty response" if r == "" else None) for pe, re, r in zip(p_err, r_err, responses)]
         valid = [i for i, e in enumerate(errors) if e is None]
         groups = table.column("group_id").to_pylist() if "group_id" in table.schema.names else list(range(table.num_rows))
-        texts = [judging.render(cfg.template, prompts[i], responses[i]) for i in valid]
         values = np.full(table.num_rows, np.nan, dtype=np.float32)
-        spark = self.spark
-        if texts and spark is not None and spark.mode != "pointwise":  # SPARK's other judging formats
-            values[valid], why = self._spark_judge(spark, [prompts[i] for i in valid], [responses[i] for i in valid],
-                                                   [groups[i] for i in valid])
+        if valid:
+            sampling = dict(temperature=self.config.temperature, top_p=self.config.top_p, top_k=self.config.top_k)
+            values[valid], why = judge_modes.score(spec, self.backend, [prompts[i] for i in valid],
+                                                   [responses[i] for i in valid], [groups[i] for i in valid], sampling)
             for j, i in enumerate(valid):
                 errors[i] = why[j]
-        elif texts and cfg.mode == "yes_prob":
-            tok = backend.tokenizer
-            yes = judging.single_token(tok, cfg.yes, "judge.yes")
-            no = judging.single_token(tok, cfg.no, "judge.no")
-            values[valid] = judging.yes_probability(backend.model, tok, texts, yes, no, backend.device)
-        elif texts:
-            out = backend.generate(texts, n=cfg.samples, max_new_tokens=cfg.max_new_tokens,
-                                   temperature=self.config.temperature, top_p=self.config.top_p,
-                                   top_k=self.config.top_k)
-            judgments = backend.decode(out.response_ids, out.response_lengths)
-            for j, i in enumerate(valid):
-                value, why = judging.parse_scores(judgments[j * cfg.samples:(j + 1) * cfg.samples],
-                                                  cfg.pattern, cfg.scale)
-                values[i] = np.nan if value is None else value
-                errors[i] = why
         info = {"rows": table.num_rows}
-        for name in self.judges:
+        for name in spec.sources:
             table = B.replace_column(table, B.REWARD_PREFIX + name, pa.array(values, pa.float32(), mask=np.isnan(values)))
             table = B.replace_column(table, B.REWARD_ERROR_PREFIX + name, pa.array(errors, pa.string()))
             info[f"errors/{name}"] = sum(e is not None for e in errors)
         table = B.replace_column(table, "judge_version", pa.array(np.full(table.num_rows, self.version, np.int64)))
         info["busy_s"] = time.perf_counter() - start
-        for name in self.judges:
-            info[f"seconds/{name}"] = info["busy_s"] / max(len(self.judges), 1)
+        for name in spec.sources:
+            info[f"seconds/{name}"] = info["busy_s"] / max(len(spec.sources), 1)
         return B.with_version(table), info
-
-    def _spark_judge(self, spark, prompts: list[str], responses: list[str], groups: list) -> tuple[np.ndarray, list]:
-        from actors import judge_modes, judging
-
-        backend, tok = self.backend, self.backend.tokenizer
-        if spark.mode == "pairwise":
-            first = judging.single_token(tok, spark.first, "spark.first")
-            second = judging.single_token(tok, spark.second, "spark.second")
-            return judge_modes.pairwise_win_rates(backend.model, tok, prompts, responses, groups, spark.pair_template,
-                                                  first, second, spark.opponents, backend.device)
-        yes = judging.single_token(tok, self.judge_config.yes, "judge.yes")
-        no = judging.single_token(tok, self.judge_config.no, "judge.no")
-        texts = judge_modes.reflective_texts(backend.model, tok, spark.reflect_template, spark.verdict_cue, prompts,
-                                             responses, spark.reflect_tokens or self.config.max_new_tokens,
-                                             backend.device)
-        return judging.yes_probability(backend.model, tok, texts, yes, no, backend.device), [None] * len(texts)
 
 
 GeneratorActor = ray.remote(Generator)

@@ -7,14 +7,70 @@ same texts and the same verdict tokens.
   responses to the same prompt (ring pairs, each judged in both orders against position bias).
 - reflective: the judge first writes a short greedy reflection after "{prompt}{response}|{prompt}"
   (on this task: its own answer to the problem), then after `cue` gives the yes/no verdict.
+
+`score` is a generator's judgment of (prompt, response) rows in whichever format its JudgingSpec
+(actors/judging.py) names: the pointwise ones (P(yes), sampled numbers) or SPARK's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from actors.judging import next_token_logits, render, yes_probability
+from actors.judging import JudgingSpec, next_token_logits, parse_scores, render, single_token, yes_probability
+
+
+@dataclass(frozen=True)
+class Pairwise:
+    """SPARK's pairwise format (spark.mode=pairwise): `template` has {prompt}, {a}, {b}."""
+    template: str
+    first: str  # the verdict token for "a is the correct one" (one token)
+    second: str
+    opponents: int  # each response meets up to 2 x opponents others of its group
+
+
+@dataclass(frozen=True)
+class Reflective:
+    """SPARK's reflective format (spark.mode=reflective): a greedy reflection of up to `tokens` after
+    `template`, then the yes/no verdict after `cue`."""
+    template: str
+    cue: str
+    tokens: int
+
+
+def score(spec: JudgingSpec, backend, prompts: list[str], responses: list[str], groups: list,
+          sampling: dict) -> tuple[np.ndarray, list]:
+    """The judge's score of each (prompt, response) and why there is none (None where there is one).
+    `backend`: the generator's (model, tokenizer, device, generate, decode); `sampling`: temperature,
+    top_p and top_k of the sampled judgments."""
+    model, tok, device = backend.model, backend.tokenizer, backend.device
+    fmt = spec.format
+    if isinstance(fmt, Pairwise):
+        first = single_token(tok, fmt.first, "spark.first")
+        second = single_token(tok, fmt.second, "spark.second")
+        return pairwise_win_rates(model, tok, prompts, responses, groups, fmt.template, first, second,
+                                  fmt.opponents, device)
+    if fmt is not None and not isinstance(fmt, Reflective):
+        raise TypeError(f"JudgingSpec.format must be None, Pairwise or Reflective, got {fmt!r}")
+    if isinstance(fmt, Reflective) or spec.mode == "yes_prob":
+        yes = single_token(tok, spec.yes, "judge.yes")
+        no = single_token(tok, spec.no, "judge.no")
+        if isinstance(fmt, Reflective):
+            texts = reflective_texts(model, tok, fmt.template, fmt.cue, prompts, responses, fmt.tokens, device)
+        else:
+            texts = [render(spec.template, p, r) for p, r in zip(prompts, responses)]
+        return yes_probability(model, tok, texts, yes, no, device), [None] * len(texts)
+    texts = [render(spec.template, p, r) for p, r in zip(prompts, responses)]
+    out = backend.generate(texts, n=spec.samples, max_new_tokens=spec.max_new_tokens, **sampling)
+    judgments = backend.decode(out.response_ids, out.response_lengths)
+    values, errors = np.full(len(texts), np.nan, dtype=np.float32), []
+    for j in range(len(texts)):
+        value, why = parse_scores(judgments[j * spec.samples:(j + 1) * spec.samples], spec.pattern, spec.scale)
+        values[j] = np.nan if value is None else value
+        errors.append(why)
+    return values, errors
 
 
 def render_pair(template: str, prompt: str, a: str, b: str) -> str:

@@ -4,14 +4,35 @@ the probability of a "yes" token at its end, or a number parsed from k sampled j
 Used by the Generator actor (the judge shares the policy's weights and weight channel) and by the
 judging warm-up that teaches a small model the judge format. A judgment that cannot be made (empty
 response, an unparseable score) is a null with a reason, as with verifiers.
+
+A generator judges only with a `JudgingSpec`, a role argument its recipe builds from the config's
+judge section (and SPARK's format): the actor reads no recipe section itself.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+
+@dataclass(frozen=True)
+class JudgingSpec:
+    """How a generator judges (`Generator.judge`), from the judge section (pipelines/stages/judge.py)."""
+    sources: tuple[str, ...]  # the judge reward sources it fills: reward.<name> / reward_error.<name>
+    template: str  # {prompt}, {response}
+    mode: str  # "yes_prob": P(yes) after the template; "sampled": numbers parsed from k judgments
+    yes: str  # one token each
+    no: str
+    samples: int  # sampled mode: judgments per response
+    max_new_tokens: int  # sampled mode
+    pattern: str  # sampled mode: the score in a judgment
+    scale: float  # sampled mode: parsed score / scale
+    # SPARK's pairwise or reflective format (actors/judge_modes.py: Pairwise, Reflective); None: the
+    # pointwise judgment above
+    format: object = None
 
 
 def render(template: str, prompt: str, response: str) -> str:

@@ -22,20 +22,24 @@ from actors.trainable import Trainable, adamw
 
 
 class ImplicitPRM(Trainable):
-    def __init__(self, config, model_source: str, reference_source: str | None = None, role: dict | None = None):
+    def __init__(self, config, model_source: str, reference_source: str | None = None, role: dict | None = None, *,
+                 beta: float, lr: float, label: str, threshold: float):
+        """`beta`: r_t = beta * log(pi_phi / pi_ref); `lr`: the PRM's learning rate; `label`: the
+        verifier source whose outcome labels it learns, a response counting as correct at `threshold`
+        or above (the recipe's role arguments: pipelines/prime.py)."""
         from actors import modeling
 
         self._setup(config, role, seed_offset=13)
-        self.prime = config.prime
-        self.label_source = config.label_source(config.prime)
-        self.threshold = config.reward_model.label_threshold
+        self.beta = beta
+        self.label_source = label
+        self.threshold = threshold
         attn = config.model.attn_implementation
         self.model = modeling.load_model(model_source, attn=attn).to(self.device).train()
         self.tokenizer = modeling.load_tokenizer(model_source)
         self._engine_setup()
         ref = modeling.load_model(reference_source, attn=attn) if reference_source else copy.deepcopy(self.model)
         self.reference = ref.to(self.device, self.frozen_dtype()).eval().requires_grad_(False)
-        self.optimizer = adamw(self.model.parameters(), lr=self.prime.lr)
+        self.optimizer = adamw(self.model.parameters(), lr=lr)
         self.micro = config.algorithm.micro_batch_size
 
     def _implicit(self, model, seq, rows, groups) -> torch.Tensor:
@@ -66,7 +70,7 @@ class ImplicitPRM(Trainable):
             own = self.ranks.shard(lab_rows, groups, r_mask.sum(1) + seq[5])
             for mb, real in self.ranks.micro_batches(own, self.micro, lab_rows):
                 logp = self._implicit(self.model, seq, mb, groups)
-                outcome = self.prime.beta * ((logp - ref[mb]) * r_mask[mb]).sum(1)
+                outcome = self.beta * ((logp - ref[mb]) * r_mask[mb]).sum(1)
                 loss = F.binary_cross_entropy_with_logits(outcome, target[mb], reduction="sum") / len(lab_rows)
                 (loss * self.ranks.world_size * real).backward()
                 if real:
@@ -80,7 +84,7 @@ class ImplicitPRM(Trainable):
             info.update({"prm/loss": total_loss / len(lab_rows), "prm/accuracy_before": right / len(lab_rows)})
         with torch.no_grad():
             logp = torch.cat([self._implicit(self.model, seq, mb, groups) for mb in rows.split(self.micro)])
-        dense = (self.prime.beta * (logp - ref) * r_mask).cpu()
+        dense = (self.beta * (logp - ref) * r_mask).cpu()
         lengths = r_mask.sum(1).long().numpy()
         flat = dense[r_mask.bool()].numpy().astype(np.float32)
         table = B.replace_column(table, "token_rewards", B.list_column(flat, lengths, pa.float32()))

@@ -4,6 +4,8 @@ own rollouts labelled by a verifier (Cooper), and reports held-out pairwise accu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,14 +17,33 @@ from actors.reward_model import render, score_ids
 from actors.trainable import Trainable, adamw
 
 
+@dataclass(frozen=True)
+class RewardModelSpec:
+    """A reward-model learner's settings: a role argument its recipe builds from the reward_model
+    section (pipelines/stages/reward_model.py), so the learner reads no recipe section."""
+    template: str  # the text the reward model reads: {prompt}, {response}, {answer}
+    lr: float
+    weight_decay: float
+    margin: float  # Bradley-Terry margin
+    batch_pairs: int  # pairs per optimizer step
+    update_every: int  # one update every k rollout batches
+    pair_selection: str  # hardest / random
+    pairs_per_group: int
+    label: str | None  # the verifier source whose labels build pairs from rollouts
+    label_threshold: float  # a response is correct when its label reward is at least this
+    eval_pairs: int  # held-out pairs when no eval file is given
+
+
 class RewardLearner(Trainable):
-    def __init__(self, config, model_source: str, role: dict | None = None, source: str = "rm"):
+    def __init__(self, config, model_source: str, role: dict | None = None, source: str = "rm", *,
+                 spec: RewardModelSpec):
+        """`source`: the reward source it trains; `spec`: its settings (its recipe's role argument)."""
         from actors import modeling
 
         self._setup(config, role, seed_offset=11)
-        self.rm = config.reward_model
+        self.rm = spec
         self.source = source  # the reward source this learner trains (column reward.<source>)
-        self.label_source = config.label_source(self.rm)
+        self.label_source = spec.label
         if model_source is None:  # warm-up off and no reward_model.init: a freshly initialised body
             import tempfile
             with tempfile.TemporaryDirectory() as tmp:

@@ -67,14 +67,16 @@ def score_ids(model, ids: list[list[int]], pad_id: int, device: str) -> torch.Te
 
 
 class RewardModel:
-    def __init__(self, config, sources: dict[str, str], role: dict | None = None):
+    def __init__(self, config, sources: dict[str, str], role: dict | None = None, *, template: str):
+        """`sources`: reward source name -> model directory; `template`: the text each model reads
+        ({prompt}, {response}, {answer}; its recipe's role argument, from reward_model.template)."""
         from actors import modeling
         from actors.runtime import setup_torch
 
         role = role or {}
         self.device = setup_torch(role.get("threads", 0) or config.train.threads, config.seed + 77,
                                   want_gpu=role.get("num_gpus", 0) > 0)
-        self.template = config.reward_model.template
+        self.template = template
         self.scorers: dict[str, ScalarScorer] = {}
         for spec in config.model_rewards():
             model, tok = modeling.load_reward_model(sources[spec.name], seed=config.seed)

@@ -3,7 +3,7 @@
 Each function (a registry name or `module:function`) writes `reward.<source>`. A function that
 raises, returns a non-number or exceeds its time limit gives that sample a null `reward.<source>`
 and a `reward_error.<source>` message; the run goes on. Functions run in sandboxed worker
-processes (actors.rewards.sandbox). Rows whose prompt the verifier does not label
+processes (actors.sandbox.pool). Rows whose prompt the verifier does not label
 (`verifier.fraction` < 1: column `labelled` false) get a null reward and no error.
 """
 
@@ -27,7 +27,7 @@ NOT_DATASET = (set(B.CORE_FIELDS) | set(B.OPTIONAL_FIELDS)) - {"prompt", "respon
 
 def _allow_env(specs) -> dict[str, str]:
     """code_tests' `allow_missing_layers` args, for the pool's start-up check (docs/security.md)."""
-    from actors.rewards.code_child import ALLOW_ENV, allowed_missing
+    from actors.sandbox import ALLOW_ENV, allowed_missing
 
     allowed = set()
     for r in specs:
@@ -38,7 +38,7 @@ def _allow_env(specs) -> dict[str, str]:
 
 class Verifier:
     def __init__(self, config, role: dict | None = None):
-        from actors.rewards.sandbox import RewardPool
+        from actors.sandbox import RewardPool
 
         self.specs = config.fn_rewards() + config.process_rewards()
         self.process = {r.name: r.delimiter for r in config.process_rewards()}
@@ -219,7 +219,7 @@ class Verifier:
     def _scored_details(self, table: pa.Table, slots: list, results: list,
                         held: dict | None) -> tuple[pa.Table, dict | None]:
         from actors.rewards.code import verpo_rewards
-        from actors.rewards.sandbox import Scored
+        from actors.sandbox import Scored
 
         reasons: dict[str, list] = {}
         verpo: dict[str, list] = {}

@@ -689,8 +689,10 @@ class Config(Section):
             raise ValueError("aggregate.weights / aggregate.on_error: set rewards[].weight and "
                              "verifier.on_error instead")
         from orchestrator.recipes import RECIPES, Sources
-        if getattr(ADVANTAGES.get(self.algorithm.advantage), "needs_values", False):
-            RECIPES.get(self.recipe).credit(self, Sources())  # its credit step says if it has a critic's values
+        # the recipe's credit step checks that it fits algorithm.advantage (orchestrator.credit.check_advantages);
+        # a bare Config (the defaults every run shares) has none of its recipe's sections to build it from
+        if owned or getattr(ADVANTAGES.get(self.algorithm.advantage), "needs_values", False):
+            RECIPES.get(self.recipe).credit(self, Sources())
         kinds = RECIPES.get(self.recipe).role_kinds(self)
         known = list(kinds)
         unknown = sorted(set(self.roles) - set(known))

@@ -41,9 +41,6 @@ class Outcome:
 
         self.name = config.algorithm.advantage
         self.estimator = ADVANTAGES.get(self.name)
-        if getattr(self.estimator, "needs_values", False):
-            raise ValueError(f"algorithm.advantage={self.name} needs a critic's values per token: recipe "
-                             f"{config.recipe!r} estimates advantages from rewards alone (its credit step has no GAE)")
         self.config = config
 
     def __call__(self, table: pa.Table, rewards: torch.Tensor, groups: torch.Tensor,
@@ -56,6 +53,7 @@ class Outcome:
 class GAE:
     """PPO's advantages (Schulman et al. 2016), per response token, from the outcome reward and a
     critic's `old_values`, whitened over the batch's tokens if asked; the returns for the critic."""
+    uses_values = True  # a credit step with these advantages runs an estimator that needs_values (gae)
 
     def __init__(self, gamma: float = 1.0, lam: float = 0.95, whiten: bool = True):
         self.gamma, self.lam, self.whiten = gamma, lam, whiten
@@ -96,6 +94,24 @@ class RewardColumns:
         pass
 
 
+def check_advantages(config, advantages) -> None:
+    """The one check that algorithm.advantage and the recipe's credit step go together: an estimator
+    that needs a critic's values per token (gae) runs only where the credit step has them (GAE,
+    recipe ppo), and such a credit step only with such an estimator. Config validation builds the
+    recipe's credit step, so this is reported when the config loads."""
+    from actors.algorithms import ADVANTAGES
+
+    name = config.algorithm.advantage
+    needs = getattr(ADVANTAGES.get(name), "needs_values", False)
+    if needs and not getattr(advantages, "uses_values", False):
+        raise ValueError(f"algorithm.advantage={name} needs a critic's values per token: recipe "
+                         f"{config.recipe!r} estimates advantages from rewards alone (its credit step has no GAE)")
+    if not needs and getattr(advantages, "uses_values", False):
+        wanted = [n for n in ADVANTAGES.names() if getattr(ADVANTAGES.get(n), "needs_values", False)]
+        raise ValueError(f"recipe {config.recipe} trains with algorithm.advantage={'/'.join(wanted)} (its critic's "
+                         f"values), not {name!r}")
+
+
 class Credit:
     """A recipe's credit step. `aggregate`/`sources`: the aggregation spec and reward sources (default:
     the config's); `advantages`: Outcome (default) or GAE; `process_weight`: the coefficient of the
@@ -108,6 +124,7 @@ class Credit:
         self.aggregator = Aggregator(config.aggregate_spec() if aggregate is None else aggregate,
                                      sources=[r.name for r in config.rewards] if sources is None else sources)
         self.advantages = Outcome(config) if advantages is None else advantages
+        check_advantages(config, self.advantages)
         self.process_weight = process_weight
         self.rewards = list(rewards)
 

@@ -20,11 +20,13 @@ from orchestrator.stages import DEFAULT
 RECIPES = LazyRegistry("recipe", plugins=("pipelines",))
 
 
-def policy_roles(sources: "Sources") -> dict[str, RoleSpec]:
+def policy_roles(sources: "Sources", generator_args: dict | None = None) -> dict[str, RoleSpec]:
     """The generator, verifier and policy learner of a policy-gradient recipe: GRPO's roles, and
-    what a stage borrows where a recipe lacks one of them (`Recipe.stage_roles`)."""
+    what a stage borrows where a recipe lacks one of them (`Recipe.stage_roles`). `generator_args`:
+    the generator's typed arguments (`Recipe.generator_args`)."""
     return {
-        "generator": RoleSpec("actors.generator:Generator", (sources.policy,), kind="generator", num_cpus=1),
+        "generator": RoleSpec("actors.generator:Generator", (sources.policy,), dict(generator_args or {}),
+                              kind="generator", num_cpus=1),
         "verifier": RoleSpec("actors.verifier:Verifier", kind="verifier", num_cpus=0),
         "policy_learner": RoleSpec("actors.learner:Learner", (sources.learners.get("policy_learner", sources.policy),),
                                    kind="learner", num_cpus=1),
@@ -80,7 +82,21 @@ class Recipe:
     @classmethod
     def stage_roles(cls, config, sources: Sources) -> dict:
         """Roles a stage borrows where the recipe has none of that name (temporary pools)."""
-        return policy_roles(sources)
+        return policy_roles(sources, cls.generator_args(config))
+
+    @classmethod
+    def generator_args(cls, config) -> dict:
+        """The typed arguments of this recipe's generators (actors/generator.py: `judging`, `laser`):
+        what each of its config sections gives through its own `generator_args(config, args)`
+        method (the judge section a JudgingSpec, LaSeR's its token), in the config's section order
+        (orchestrator.settings: its stages', then its classes' from the base down), each seeing the
+        arguments so far, so a recipe's section may refine a stage's (SPARK's judging format)."""
+        args: dict = {}
+        for name in type(config).model_fields:
+            hook = getattr(getattr(config, name, None), "generator_args", None)
+            if hook is not None:
+                args.update(hook(config, args))
+        return args
 
     def step_budget(self, config) -> tuple[int, bool]:
         """At most how many loop steps a run takes, and whether it may end before them (the progress

@@ -35,7 +35,8 @@ class Cooper(GRPO):
         roles = super().roles(config, sources)
         name = trained_source(config)
         start = sources.learners.get("rm_learner", sources.reward_models.get(name))
-        roles["rm_learner"] = RoleSpec("actors.reward_learner:RewardLearner", (start,), {"source": name},
+        roles["rm_learner"] = RoleSpec("actors.reward_learner:RewardLearner", (start,),
+                                       {"source": name, **config.reward_model.learner_args(config)},
                                        kind="learner", num_cpus=0)
         return roles
 

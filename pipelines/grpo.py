@@ -65,13 +65,14 @@ class GRPO(Recipe):
 
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
-        roles = policy_roles(sources)
+        roles = policy_roles(sources, cls.generator_args(config))
         roles["policy_learner"].kwargs = {"objectives": cls.objectives(config)}
         if config.model_rewards():
-            roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,), kind="scorer",
-                                              num_cpus=0)
+            roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,),
+                                             {"template": config.reward_model.template}, kind="scorer", num_cpus=0)
         if config.judge_rewards() and not config.judge.shared:  # the policy's weights, in a pool of its own
-            roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,), kind="generator", num_cpus=0)
+            roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,), cls.generator_args(config),
+                                      kind="generator", num_cpus=0)
         return roles
 
     def channels(self, ctx) -> dict:

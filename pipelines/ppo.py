@@ -27,11 +27,6 @@ class PPOConfig(Section):
     value_clip: float = Field(0.2, gt=0)  # a new value stays within this of the value at sampling
     whiten_advantages: bool = True  # normalise the advantages over the batch's tokens
 
-    def cross_check(self, config) -> None:
-        if config.algorithm.advantage != "gae":
-            raise ValueError(f"recipe ppo trains with algorithm.advantage=gae (its critic's values), "
-                             f"not {config.algorithm.advantage!r}")
-
 
 class PPO(GRPO):
     settings = {"ppo": PPOConfig}

@@ -32,8 +32,10 @@ class Prime(GRPO):
         roles = super().roles(config, sources)
         start = sources.learners.get("prm_learner", sources.policy)
         reference = sources.references.get("prm_learner", sources.policy)
-        roles["prm_learner"] = RoleSpec("actors.prm_learner:ImplicitPRM", (start, reference), kind="learner",
-                                        num_cpus=0)
+        prime = config.prime
+        roles["prm_learner"] = RoleSpec("actors.prm_learner:ImplicitPRM", (start, reference),
+                                        {"beta": prime.beta, "lr": prime.lr, "label": config.label_source(prime),
+                                         "threshold": config.reward_model.label_threshold}, kind="learner", num_cpus=0)
         return roles
 
     @classmethod

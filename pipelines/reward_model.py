@@ -33,9 +33,11 @@ class RewardModelTraining(Recipe):
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
         start = sources.learners.get("rm_learner") or config.reward_model.init or sources.policy
-        roles = {"rm_learner": RoleSpec("actors.reward_learner:RewardLearner", (start,), kind="learner", num_cpus=1)}
+        roles = {"rm_learner": RoleSpec("actors.reward_learner:RewardLearner", (start,),
+                                        config.reward_model.learner_args(config), kind="learner", num_cpus=1)}
         if not cls.from_file(config):
-            roles["generator"] = RoleSpec("actors.generator:Generator", (sources.policy,), kind="generator", num_cpus=1)
+            roles["generator"] = RoleSpec("actors.generator:Generator", (sources.policy,), cls.generator_args(config),
+                                          kind="generator", num_cpus=1)
             roles["verifier"] = RoleSpec("actors.verifier:Verifier", kind="verifier", num_cpus=0)
         return roles
 

@@ -70,6 +70,19 @@ class SparkConfig(Section):
             raise ValueError(f"spark.mode={self.mode} reads the judge's verdict-token probabilities; "
                              f"judge.mode={config.judge.mode} samples numbers instead: set judge.mode=yes_prob")
 
+    def generator_args(self, config, args: dict) -> dict:
+        """The judge section's JudgingSpec in SPARK's pairwise or reflective format (spark.mode;
+        pointwise: as the judge section has it)."""
+        from dataclasses import replace
+
+        from actors.judge_modes import Pairwise, Reflective
+
+        if "judging" not in args or self.mode == "pointwise":
+            return {}
+        fmt = Pairwise(self.pair_template, self.first, self.second, self.opponents) if self.mode == "pairwise" \
+            else Reflective(self.reflect_template, self.verdict_cue, self.reflect_tokens or config.rollout.max_new_tokens)
+        return {"judging": replace(args["judging"], format=fmt)}
+
     def objective(self, config) -> dict:
         """The self_judge objective's options."""
         return {"name": "self_judge", **self.model_dump(exclude={"eval_prompts", "opponents"}),

@@ -198,8 +198,9 @@ class SPC(GRPO):
         spc = getattr(config, "spc", None) or SpcConfig()
         critic = sources.learners.get("critic_learner", sources.policy)
         sneaky = sources.learners.get("sneaky_learner", sources.policy)
-        roles["judge"] = RoleSpec("actors.generator:Generator", (critic,), kind="generator", num_cpus=0)
-        roles["sneaky"] = RoleSpec("actors.generator:Generator", (sneaky,), kind="generator", num_cpus=0)
+        args = cls.generator_args(config)
+        roles["judge"] = RoleSpec("actors.generator:Generator", (critic,), args, kind="generator", num_cpus=0)
+        roles["sneaky"] = RoleSpec("actors.generator:Generator", (sneaky,), args, kind="generator", num_cpus=0)
         roles["critic_learner"] = RoleSpec("pipelines.spc:CriticLearner", (critic,), {"lr": spc.critic_lr},
                                            kind="learner", num_cpus=0)
         roles["sneaky_learner"] = RoleSpec("actors.learner:Learner", (sneaky,),

@@ -18,3 +18,12 @@ def train(learner, *tables: pa.Table, config=None, **kwargs) -> dict:
     metrics as one row, as metrics.jsonl has them."""
     table, metrics = credited(config or learner.config, *tables)
     return {**metrics, **learner.train_step(table, **kwargs)}
+
+
+def generator(config, model_source: str | None = None):
+    """A Generator as the config's recipe declares it: with its typed role arguments (a judge's
+    JudgingSpec, LaSeR's token: `Recipe.generator_args`)."""
+    from actors.generator import Generator
+    from orchestrator.recipes import RECIPES
+
+    return Generator(config, model_source, **RECIPES.get(config.recipe).generator_args(config))

@@ -25,7 +25,8 @@ class Critic(RewardModelTraining):
     @classmethod
     def roles(cls, config, sources):
         start = sources.learners.get("critic") or config.reward_model.init or sources.policy
-        return {"critic": RoleSpec("actors.reward_learner:RewardLearner", (start,), kind="learner", num_cpus=1)}
+        return {"critic": RoleSpec("actors.reward_learner:RewardLearner", (start,),
+                                   config.reward_model.learner_args(config), kind="learner", num_cpus=1)}
 
     async def prepare(self, ctx):
         pass

@@ -1,4 +1,4 @@
-"""code_tests' parent-side verdict (actors/rewards/code_asserts.py, code_run.py): which test forms
+"""code_tests' parent-side verdict (actors/sandbox/asserts.py, run.py): which test forms
 are accepted and how they split, the evaluator over plain values, strict decoding, sanitised
 reasons; and the start-up refusal when an isolation layer is missing."""
 
@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from actors.rewards import code_child
+from actors.sandbox import child as code_child
 from actors.rewards.code import code_tests, reward_check
-from actors.rewards.code_asserts import (NotPlain, decode, evaluate, exception_name, plan_test,
+from actors.sandbox.asserts import (NotPlain, decode, evaluate, exception_name, plan_test,
                                          setup_constants)
-from actors.rewards.code_run import _check
-from actors.rewards.sandbox import RewardPool
+from actors.sandbox.run import _check
+from actors.sandbox import RewardPool
 
 
 def split(test: str, child=frozenset(), known=frozenset(), constants=None):
@@ -221,8 +221,8 @@ def test_an_unprivileged_uid_keeps_every_layer(tmp_path):
     import shutil
     import tempfile
 
-    from actors.rewards import mountns
-    from actors.rewards.worker import _collect
+    from actors.sandbox import mountns
+    from actors.sandbox.worker import _collect
 
     scratch = tempfile.mkdtemp(prefix="coevo-uid-")  # /tmp itself: nobody reaches it
     os.chmod(scratch, 0o777)

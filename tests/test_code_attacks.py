@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.rewards.sandbox import RewardPool
+from actors.sandbox import RewardPool
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "pipelines" / "examples" / "code_tasks.jsonl"

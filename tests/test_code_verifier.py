@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 
 from actors import batch as B
-from actors.rewards import code_child
+from actors.sandbox import child as code_child
 from actors.rewards.code import code_tests, extract_code, verpo_reward, verpo_rewards, verpo_weights
-from actors.rewards.sandbox import RewardPool, Scored
+from actors.sandbox import RewardPool, Scored
 from actors.verifier import Verifier
 from orchestrator.config import validate_config
 
@@ -409,7 +409,7 @@ def detailed(prompt, response, **_):
     if response == "surrogate":
         return {"value": 1.0, "reason": "bad \\udcff text"}
     if response == "scored":
-        from actors.rewards.worker import Scored
+        from actors.sandbox.worker import Scored
         return Scored(0.25, "a quarter", [1, 0, 0, 0])
     return 1.0
 '''

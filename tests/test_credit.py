@@ -17,7 +17,7 @@ from actors.algorithms.advantages import gae_advantages, process_advantages
 from actors.learner import Learner
 from coevo_cli import coevo, read_metrics, small
 from orchestrator.config import load_config
-from orchestrator.credit import GAE, Credit, Outcome
+from orchestrator.credit import GAE, Credit
 from orchestrator.recipes import RECIPES, Sources
 from rl_step import credited
 from test_learner import config, make_config, prompts, reward_fn, scored, weights  # noqa: F401  (fixtures)
@@ -68,7 +68,7 @@ def test_recipe_ppo_declares_gae_and_the_batch_gains_the_critics_returns(reward_
     with pytest.raises(B.BatchError, match="GAE needs the critic's per-token `old_values`"):
         credit.apply(scored)
     with pytest.raises(ValueError, match="algorithm.advantage=gae needs a critic's values per token"):
-        Outcome(cfg)  # an outcome estimator cannot run GAE
+        Credit(cfg)  # an outcome estimator cannot run GAE
 
 
 @pytest.mark.parametrize("weight", [0.0, 2.5])

@@ -109,7 +109,7 @@ def test_the_checks_see_a_circle_and_a_lazy_import(tmp_path: Path) -> None:
         ROOT = saved
 
 
-# ---- the learner knows no recipe: its objectives get their options as typed arguments --------------
+# ---- the actors know no recipe: they get their options as typed arguments -------------------------
 LEARNER_MODULES = ("actors/objectives/*.py", "actors/learner.py", "actors/trainable.py")
 
 
@@ -147,6 +147,16 @@ def test_no_objective_or_learner_module_reads_a_recipe_section() -> None:
     assert {"ppo", "prime", "laser", "judge", "spark", "dph", "spc"} <= sections  # the check sees them
     files = sorted({p for pattern in LEARNER_MODULES for p in ROOT.glob(pattern)})
     assert len(files) > 5
+    assert [hit for p in files for hit in section_reads(p, sections)] == []
+
+
+def test_no_actor_module_reads_a_recipe_section() -> None:
+    """Generators get their judging and LaSeR settings as role arguments (JudgingSpec, LaserSpec),
+    PRIME's PRM its beta and labels, a reward model's learner its RewardModelSpec and its scorer the
+    template; no module under actors/ reads config.judge, .spark, .laser, .prime, .reward_model ..."""
+    sections = recipe_sections()
+    files = sorted((ROOT / "actors").rglob("*.py"))
+    assert {"generator.py", "prm_learner.py", "reward_learner.py", "reward_model.py"} <= {p.name for p in files}
     assert [hit for p in files for hit in section_reads(p, sections)] == []
 
 
@@ -189,3 +199,24 @@ def test_no_list_of_recipe_names_outside_pipelines() -> None:
 def test_the_recipe_list_check_sees_a_list(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("A = {'grpo': 1, 'ppo': 2}\nB = ('grpo', 'x')\nC = ['spark', 'laser']\n")
     assert recipe_name_lists(tmp_path / "m.py", {"grpo", "ppo", "spark", "laser"}) == ["m.py:1: grpo, ppo", "m.py:3: spark, laser"]
+
+
+def test_the_sandbox_is_reached_through_its_interface() -> None:
+    """The kernel-confined runner is a package of its own (actors/sandbox/): the code verifier, the
+    Python tool and the verifier import its interface (actors/sandbox/__init__.py), never a module
+    behind it, and every name of that interface resolves."""
+    import actors.sandbox
+
+    edges = graph()
+    assert "actors.sandbox.pool" in edges and "actors.sandbox.child" in edges
+    assert crossing_into(edges, "actors.sandbox") == []
+    assert all(getattr(actors.sandbox, name) is not None for name in actors.sandbox.__all__)
+    with pytest.raises(AttributeError, match="its interface"):
+        actors.sandbox.nothing_here  # noqa: B018
+
+
+def crossing_into(edges: dict[str, set[str]], package: str) -> list[str]:
+    """Imports of a module inside `package` from a module outside it."""
+    inside = package + "."
+    return sorted(f"{a} -> {b}" for a, deps in edges.items() if not (a == package or a.startswith(inside))
+                  for b in deps if b.startswith(inside))

@@ -19,7 +19,7 @@ from actors.verifier import Verifier
 from actors import batch as B
 from orchestrator.config import Config, validate_config
 from orchestrator.data import arithmetic
-from rl_step import credited, train
+from rl_step import credited, generator, train
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
         "intermediate_size": 64}
@@ -64,7 +64,7 @@ def prompts() -> pa.Table:
 
 
 def rollout_and_score(config, prompts) -> pa.Table:
-    rollouts, _ = Generator(config, None).generate(prompts, seq=0)
+    rollouts, _ = generator(config).generate(prompts, seq=0)
     verifier = Verifier(config)
     try:
         table, _ = verifier.score(rollouts)

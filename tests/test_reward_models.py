@@ -34,6 +34,11 @@ def config(**reward_model):
                             "reward_model": {"lr": 3e-3, "batch_pairs": 32, **reward_model}})
 
 
+def rm_learner(cfg, model_source: str) -> RewardLearner:
+    """A reward-model learner as its recipes declare it: the reward_model section as its spec."""
+    return RewardLearner(cfg, model_source, **cfg.reward_model.learner_args(cfg))
+
+
 def rollouts(responses: list[str], answers: list[str], group: int = 4) -> pa.Table:
     n = len(responses)
     ones = np.ones(n, dtype=np.int64)
@@ -70,7 +75,7 @@ def test_a_weight_update_that_does_not_fit_loads_nothing():
 
 
 def test_scoring_gives_null_and_a_reason_for_what_cannot_be_scored(policy_dir):
-    scorer = RewardModel(config(), {"rm": str(policy_dir)})
+    scorer = RewardModel(config(), {"rm": str(policy_dir)}, template=config().reward_model.template)
     table = rollouts(["2", "", "3", "x" * 400], ["2", "2", "2", "2"])
     # a response that is not valid UTF-8 (Arrow can carry such bytes in a string column)
     bad = pa.array([b"2", b"", b"\xff\xfe", b"x" * 400], pa.binary()).view(pa.string())
@@ -83,13 +88,13 @@ def test_scoring_gives_null_and_a_reason_for_what_cannot_be_scored(policy_dir):
     assert values[3] is None and "more than the reward model's" in errors[3]
     assert info["errors/rm"] == 3 and scored.column("reward_model_version").to_pylist() == [0] * 4
     # it accepts a versioned update from a learner of the same model, and stamps the version
-    learner = RewardLearner(config(), str(policy_dir))
+    learner = rm_learner(config(), str(policy_dir))
     scorer.update_weights(7, learner.publish() | {"version": 7})
     assert scorer.score(table)[0].column("reward_model_version").to_pylist() == [7] * 4
 
 
 def test_bradley_terry_learner_learns_pairs_and_saves_a_transformers_classifier(policy_dir, tmp_path):
-    learner = RewardLearner(config(), str(policy_dir))
+    learner = rm_learner(config(), str(policy_dir))
     prompts = [f"{a}+{b}=" for a in range(10) for b in range(10)]
     answers = [str(a + b) for a in range(10) for b in range(10)]
     pairs = B.pair_table(prompts, answers, [str(int(x) + 5) + "7" for x in answers])
@@ -109,7 +114,7 @@ def test_bradley_terry_learner_learns_pairs_and_saves_a_transformers_classifier(
 
 
 def test_pairs_from_rollouts_take_the_hardest_wrong_response(policy_dir):
-    learner = RewardLearner(config(pairs_per_group=1), str(policy_dir))
+    learner = rm_learner(config(pairs_per_group=1), str(policy_dir))
     table = rollouts(["1", "5", "6", "7", "2", "2", "9", "9"], ["1"] * 4 + ["2"] * 4)
     table = table.append_column("reward.correct", pa.array([1, 0, 0, 0, 1, 1, 0, 0], pa.float32()))
     table = table.append_column("reward.rm", pa.array([0.5, 0.1, 0.9, 0.3, 0.0, 0.2, 0.4, 0.1], pa.float32()))

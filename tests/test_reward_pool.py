@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from actors.rewards.sandbox import RewardPool
+from actors.sandbox import RewardPool
 
 USER_MODULE = '''
 import os, signal, sys, time

@@ -11,7 +11,7 @@ import pytest
 
 from actors.rewards import REWARD_FUNCTIONS
 from actors.rewards.builtins import exact_match, integer_match, math_equivalence, normalized_match
-from actors.rewards.sandbox import RewardPool
+from actors.sandbox import RewardPool
 from actors import batch as B
 
 

@@ -24,22 +24,22 @@ def test_a_judgment_without_a_score_is_null_with_a_reason():
 
 
 def test_the_generator_judges_and_reports_unparseable_judgments():
-    from actors.generator import Generator
     from orchestrator.config import validate_config
     from orchestrator.data import arithmetic
+    from rl_step import generator
 
     tiny = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
     cfg = validate_config({"model": {"tiny": tiny}, "train": {"threads": 1},
                            "rollout": {"samples_per_prompt": 2, "max_new_tokens": 3},
                            "rewards": [{"name": "self", "judge": True}, {"name": "integer_match", "weight": 0}],
                            "judge": {"mode": "sampled", "samples": 2, "pattern": "NEVER-MATCHES"}})
-    gen = Generator(cfg, None)
+    gen = generator(cfg)
     table, _ = gen.generate(arithmetic(1, ["+"], 10, 0).train.slice(0, 2), seq=0)
     judged, info = gen.judge(table)
     assert judged.column("reward.self").null_count == 4 and info["errors/self"] == 4
     assert all("no score matching" in e for e in judged.column("reward_error.self").to_pylist())
     yes_prob = validate_config({**cfg.model_dump(), "judge": {"mode": "yes_prob"}})
-    judged, _ = Generator(yes_prob, None).judge(table)
+    judged, _ = generator(yes_prob).judge(table)
     scores = judged.column("reward.self").to_numpy()
     assert ((scores > 0) & (scores < 1)).all() and judged.column("judge_version").to_pylist() == [0] * 4
 

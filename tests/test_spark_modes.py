@@ -4,14 +4,14 @@ values computed by hand from the same model, the pairwise win-rate reward, and t
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from actors.generator import Generator
 from actors.judge_modes import opponent_pairs, pairwise_win_rates, reflective_texts, render_pair
 from actors.judging import render, single_token, yes_probability
 from actors.learner import Learner
 from orchestrator.config import ConfigError, load_config, validate_config
-from rl_step import train
+from rl_step import generator, train
 from test_learner import TINY, make_config
 from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures shared with test_learner)
 
@@ -96,7 +96,7 @@ def test_reflective_self_judge_trains_the_verdict_after_its_own_reflection(rewar
 
 def test_the_pairwise_judge_reward_is_each_responses_win_rate(reward_fn, prompts) -> None:  # noqa: F811
     config = spark_config(reward_fn, mode="pairwise", opponents=1)
-    gen = Generator(config, None)
+    gen = generator(config)
     table, _ = gen.generate(prompts.slice(0, 2), seq=0)
     judged, info = gen.judge(table)
     tok = gen.backend.tokenizer
@@ -106,6 +106,33 @@ def test_the_pairwise_judge_reward_is_each_responses_win_rate(reward_fn, prompts
     got = np.array(column(judged, "reward.judge"), dtype=float)
     empty = np.array(column(table, "response")) == ""
     assert np.allclose(got[~empty], expected[~empty], atol=1e-6) and info["errors/judge"] == empty.sum()
+
+
+def test_the_recipe_hands_its_generators_the_judging_format_and_laser_token_as_arguments(reward_fn) -> None:
+    """What a generator judges with and whether it returns LaSeR's log-prob come from its role's
+    arguments (Recipe.generator_args), built from the judge, spark and laser sections."""
+    from actors.judge_modes import Pairwise, Reflective
+    from actors.laser import LaserSpec
+    from orchestrator.recipes import RECIPES
+
+    def args(config) -> dict:
+        return RECIPES.get(config.recipe).generator_args(config)
+
+    judging = args(spark_config(reward_fn, mode="pairwise", opponents=3, first="X"))["judging"]
+    assert (judging.sources, judging.mode, judging.yes, judging.template) == (("judge",), "yes_prob", "Y",
+                                                                             "{prompt}{response}?")
+    assert judging.format == Pairwise("{prompt}{a}|{b}?", "X", "B", 3)
+    reflective = args(spark_config(reward_fn, mode="reflective", verdict_cue="!"))["judging"].format
+    assert reflective == Reflective("{prompt}{response}|{prompt}", "!", 4)  # rollout.max_new_tokens
+    assert args(spark_config(reward_fn))["judging"].format is None  # pointwise
+    grpo = make_config(reward_fn)
+    assert args(grpo) == {}  # no judge and no laser source: a plain sampler
+    laser = validate_config({**grpo.model_dump(), "rewards": [{"name": "varied", "fn": reward_fn},
+                                                              {"name": "self", "laser": True, "weight": 0}],
+                             "laser": {"token": "N"}})
+    assert args(laser) == {"laser": LaserSpec("N")}
+    with pytest.raises(RuntimeError, match="generator replica 0 was built without a judging spec"):
+        generator(grpo).judge(pa.table({"prompt": ["1+1="], "response": ["2"]}))
 
 
 def test_spark_mode_config_errors_are_named(reward_fn) -> None:

@@ -90,10 +90,10 @@ def reinforce_pp_baseline(rewards: torch.Tensor, groups: torch.Tensor, eps: floa
 
 @ADVANTAGES.register("gae")
 def gae(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
-    """PPO's generalised advantage estimation needs a critic's values per token: a recipe whose credit
-    step has them (orchestrator.credit.GAE, recipe ppo) calls `gae_advantages` instead."""
-    raise ValueError("algorithm.advantage=gae needs per-token values from a critic: a recipe whose credit step "
-                     "runs GAE (e.g. ppo)")
+    """PPO's generalised advantage estimation needs a critic's values per token (`needs_values`): the
+    credit step that has them (orchestrator.credit.GAE, recipe ppo) calls `gae_advantages`, and no
+    other credit step accepts this name (orchestrator.credit.check_advantages), so this is never run."""
+    raise NotImplementedError("gae is computed by the credit step from a critic's values (gae_advantages)")
 
 
 gae.needs_values = True

@@ -1,13 +1,12 @@
 """The one door from the environments to the code sandbox: `CodeSandbox.run(codes)`.
 
 Environments never touch the sandbox's parts; they hand source code here and get back what it
-printed and why it failed. Behind this door is the code verifier's own machinery, unchanged: a
-`RewardPool` (actors/rewards/sandbox.py: zygote-forked workers, `nobody`, no capabilities,
-Landlock, rlimits, process groups killed on timeout, JSON-only replies) running
+printed and why it failed. Behind this door is the code verifier's own machinery, the sandbox
+package's interface (actors/sandbox/__init__.py): a `RewardPool` (zygote-forked workers, `nobody`,
+no capabilities, Landlock, rlimits, process groups killed on timeout, JSON-only replies) running
 `actors.rewards.code_exec:run_code`, which starts one process per call under every kernel layer
-of code_tests' test processes (actors.rewards.code_child) through the same runner
-(actors.rewards.code_run.run_confined). So the Python tool has the same confinement and the same
-limits as code_tests, and moving the sandbox into a package of its own changes this file only.
+of code_tests' test processes through the same runner (actors.sandbox.run_confined). So the
+Python tool has the same confinement and the same limits as code_tests.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ class CodeSandbox:
         self._lock = threading.Lock()
 
     def _started(self):
-        from actors.rewards.sandbox import RewardPool
+        from actors.sandbox import RewardPool
 
         with self._lock:
             if self._pool is None:

@@ -3,7 +3,7 @@ interpreter; and VeRPO's difficulty-weighted partial credit.
 
 `code_tests` (registered by name) extracts the code from the response, then runs every unit test
 of the row in its own `python -I -S -B` subprocess (isolated mode, no site-packages: the standard
-library only) and scores the passes. It runs inside the reward pool (actors.rewards.sandbox), so a
+library only) and scores the passes. It runs inside the reward pool (actors.sandbox.pool), so a
 test process inherits the pool worker's isolation and adds its own layers.
 
 The `tests` column
@@ -39,7 +39,7 @@ counts and a resume gives them to every replica. Held-out evaluation updates the
 held-out prompts too (their own prompt_ids), so take `verifier.accuracy_source` from an
 `all_pass` source. Weighted pass sums are in [0, 1], 1 exactly when every test passes.
 
-Every mode returns a `Scored` float (actors.rewards.worker: the score, with `reason` and `details`
+Every mode returns a `Scored` float (actors.sandbox.worker: the score, with `reason` and `details`
 attributes the pool carries back to the Verifier): `reason` says why a sample lost marks ("1/3 tests
 passed; test 2: AssertionError at line 1; test 3: timed out after 2s"); the Verifier writes it to
 `reward_reason.<name>`. `details.passed` is the pass vector.
@@ -66,12 +66,12 @@ YAML::
 
 Protections (docs/security.md has the whole list and what holds where a layer is missing):
 
-- The parent decides: each test is parsed before anything runs (actors.rewards.code_asserts:
+- The parent decides: each test is parsed before anything runs (actors.sandbox.asserts:
   supported forms are top-level asserts, simple statements, parameterless `def test_*()` and
   `for` loops over literals or range; anything else holding an assert is a bad row). The test
-  process (actors.rewards.code_harness) only reports plain values of the sub-expressions the parent
+  process (actors.sandbox.harness) only reports plain values of the sub-expressions the parent
   cannot evaluate itself; it holds no expected value and no secret.
-- Kernel layers of each test process (actors.rewards.code_child): Landlock reads/listings/exec
+- Kernel layers of each test process (actors.sandbox.child): Landlock reads/listings/exec
   only of its directory and the interpreter's files, writes only in its directory; no TCP; no
   signals outside; seccomp (no sockets, no io_uring); no capabilities; rlimits; its
   process group killed after each test. A missing layer makes the pool refuse to start unless
@@ -98,10 +98,10 @@ import sys
 import tempfile
 import time
 
-from actors.rewards import REWARD_FUNCTIONS, code_child
-from actors.rewards.code_asserts import bound_names, plan_test, setup_constants, whitelisted_imports
-from actors.rewards.code_run import audit_hook_on, run_test
+from actors import sandbox
+from actors.rewards import REWARD_FUNCTIONS
 from actors.rewards.text import MISSING, check_text, refuse_longer, require
+from actors.sandbox import audit_hook_on, bound_names, plan_test, run_test, setup_constants, whitelisted_imports
 
 MODES = ("pass_fraction", "all_pass", "verpo")
 EXTRACTS = ("auto", "fence", "response", "completion")
@@ -182,26 +182,26 @@ _KERNEL: dict[str, dict] = {}
 
 
 def kernel_layers(python: str, allow=None) -> dict:
-    """The kernel layers a test process gets here (code_child.check, once per interpreter); raises
+    """The kernel layers a test process gets here (sandbox.check, once per interpreter); raises
     RuntimeError naming each missing layer unless `allow` (the code_tests arg
-    `allow_missing_layers`) or code_child.ALLOW_ENV lists it."""
+    `allow_missing_layers`) or sandbox.ALLOW_ENV lists it."""
     if python not in _KERNEL:
         with tempfile.TemporaryDirectory(prefix="code-check-") as directory:
-            _KERNEL[python] = code_child.check(python, directory)
+            _KERNEL[python] = sandbox.check(python, directory)
     layers = _KERNEL[python]
-    refused = set(layers["missing"]) - code_child.allowed_missing() - code_child.allowed_missing(allow or [])
+    refused = set(layers["missing"]) - sandbox.allowed_missing() - sandbox.allowed_missing(allow or [])
     if refused:
         raise RuntimeError(
             "code_tests refuses to run untrusted code without these kernel layers: "
             + "; ".join(f"{name} ({layers['missing'][name]})" for name in sorted(refused))
             + f". To run weaker anyway, list them in the code_tests arg allow_missing_layers "
-            f"(or {code_child.ALLOW_ENV}); see docs/security.md")
+            f"(or {sandbox.ALLOW_ENV}); see docs/security.md")
     return layers
 
 
 def isolation(python: str | None = None) -> dict:
     """The layers a test process gets here (run from a pool worker, it adds to the worker's)."""
-    layers = kernel_layers(python or sys.executable, allow=list(code_child.LAYERS))
+    layers = kernel_layers(python or sys.executable, allow=list(sandbox.LAYERS))
     return {"kernel": layers["holds"], "missing": sorted(layers["missing"]),
             "landlock_abi": layers["landlock_abi"], "uid": os.geteuid(), "nproc_enforced": os.geteuid() != 0,
             "rlimits": ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"],
@@ -210,30 +210,30 @@ def isolation(python: str | None = None) -> dict:
 
 
 def reward_check(iso: dict, seen: dict | None = None) -> dict:
-    """The pool's start-up check (actors.rewards.worker calls it with the workers' identity, then
+    """The pool's start-up check (actors.sandbox.worker calls it with the workers' identity, then
     again in the zygote with what it found): refuses to start without a layer, or warns."""
     if seen is None:
-        layers = dict(kernel_layers(sys.executable, allow=list(code_child.LAYERS)))
+        layers = dict(kernel_layers(sys.executable, allow=list(sandbox.LAYERS)))
         layers["missing"] = dict(layers["missing"])
         if iso.get("uid") is None and os.geteuid() == 0:
             layers["missing"]["uid"] = ("the pool runs as root (without capabilities): "
                                         + " | ".join(iso.get("notes") or ["drop_privileges=False"]))
         return layers
     if seen.get("rules"):  # the workers forked from here need not find them again
-        code_child.remember_rules(sys.executable, seen["rules"])
+        sandbox.remember_rules(sys.executable, seen["rules"])
     seen = {k: v for k, v in seen.items() if k != "rules"}
     _KERNEL[sys.executable] = {k: v for k, v in seen.items() if k != "missing"} | {
         "missing": {k: v for k, v in seen["missing"].items() if k != "uid"}}
-    refused = set(seen["missing"]) - code_child.allowed_missing()
+    refused = set(seen["missing"]) - sandbox.allowed_missing()
     if refused:
         raise RuntimeError(
             "code_tests refuses to start without these isolation layers: "
             + "; ".join(f"{name} ({seen['missing'][name]})" for name in sorted(refused))
-            + f". To run weaker anyway, set {code_child.ALLOW_ENV}={','.join(sorted(refused))} "
+            + f". To run weaker anyway, set {sandbox.ALLOW_ENV}={','.join(sorted(refused))} "
             "(verifier config: the code_tests arg allow_missing_layers); see docs/security.md")
     if seen["missing"]:
         print(f"WARNING: code_tests runs WITHOUT the isolation layers {sorted(seen['missing'])} "
-              f"(allowed by {code_child.ALLOW_ENV}): {seen['missing']}", file=sys.stderr, flush=True)
+              f"(allowed by {sandbox.ALLOW_ENV}): {seen['missing']}", file=sys.stderr, flush=True)
     return seen
 
 
@@ -250,7 +250,7 @@ def code_tests(prompt: str, response: str, tests=MISSING, setup=None, entry=None
 
     YAML: `{name: tests, fn: code_tests, timeout_s: 10, args: {mode: pass_fraction}}`
     """
-    from actors.rewards.worker import Scored  # here: the zygote runs that module as __main__
+    from actors.sandbox import Scored  # here: the zygote runs actors.sandbox.worker as __main__
 
     if mode not in MODES:
         raise ValueError(f"args.mode must be one of {MODES}, got {mode!r}")
@@ -340,7 +340,7 @@ def code_tests(prompt: str, response: str, tests=MISSING, setup=None, entry=None
     return scored(passed, None if k == n else f"{k}/{n} tests passed; " + "; ".join(failures))
 
 
-code_tests.reward_preload = ("subprocess", "actors.rewards.worker", "actors.rewards.code_run")
+code_tests.reward_preload = ("subprocess", "actors.sandbox.worker", "actors.sandbox.run")
 code_tests.reward_check = reward_check
 
 

@@ -4,8 +4,8 @@ code sandbox (actors/envs/sandbox.py calls it through a RewardPool, like code_te
 It runs where code_tests runs its tests: in a reward-pool worker (its own session, `nobody` when
 the pool starts as root, no capabilities, Landlock, rlimits), which starts one fresh
 `python -I -S -B` process per call under every kernel layer of a test process
-(actors.rewards.code_child: capabilities emptied, Landlock reads/writes/TCP/signals, seccomp,
-rlimits) through the same runner (code_run.run_confined), watched from outside (wall time, output
+(actors.sandbox.child: capabilities emptied, Landlock reads/writes/TCP/signals, seccomp,
+rlimits) through the same runner (actors.sandbox.run_confined), watched from outside (wall time, output
 cap, its process group killed after). A missing kernel layer refuses to run, as for code_tests.
 
 What comes back is the program's output (stdout and stderr, the last `max_output_chars`
@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import sys
 
-from actors.rewards import code_child
 from actors.rewards.code import _number, kernel_layers, reward_check
-from actors.rewards.code_run import _limit, run_confined
+from actors.sandbox import limit_reason, run_confined
 
 # The process's program: the code arrives on stdin; the value of a last bare expression is printed
 # (as a Python prompt would), so `2**10` answers 1024 without print().
@@ -71,7 +70,7 @@ def run_code(prompt: str, response: str, wall_s: float = 2.0, cpu_time_s: float 
     elif seen["over"]:
         reason = f"wrote more than {int(max_output_bytes):,} bytes of output"
     elif code < 0:
-        reason = _limit(code, cpu_time_s, memory_mb)
+        reason = limit_reason(code, cpu_time_s, memory_mb)
     elif code:
         reason = f"exited with status {code}"
     else:
@@ -79,6 +78,5 @@ def run_code(prompt: str, response: str, wall_s: float = 2.0, cpu_time_s: float 
     return {"value": float(reason is None), "reason": reason, "details": {"output": output}}
 
 
-run_code.reward_preload = ("subprocess", "ast", "actors.rewards.worker", "actors.rewards.code_run")
+run_code.reward_preload = ("subprocess", "ast", "actors.sandbox.worker", "actors.sandbox.run")
 run_code.reward_check = reward_check
-LAYERS = code_child.LAYERS

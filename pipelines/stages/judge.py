@@ -61,6 +61,16 @@ class JudgeConfig(Section):
     def _fields(cls, v: str) -> str:
         return template_fields(v, "judge.template")
 
+    def generator_args(self, config, args: dict) -> dict:
+        """A generator judges (its `judging` role argument) where a reward source is `judge: true`."""
+        from actors.judging import JudgingSpec
+
+        judges = tuple(r.name for r in config.judge_rewards())
+        if not judges:
+            return {}
+        return {"judging": JudgingSpec(judges, **self.model_dump(include={
+            "template", "mode", "yes", "no", "samples", "max_new_tokens", "pattern", "scale"}))}
+
 MARKER = "judge_warmup.json"
 
 

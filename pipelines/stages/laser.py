@@ -57,6 +57,13 @@ class LaserConfig(Section):
     warmup_resample: int = Field(100, gt=0)
     warmup_prompts: int = Field(2048, gt=0)
 
+    def generator_args(self, config, args: dict) -> dict:
+        """The generators return LaSeR's `laser_logprob` (their `laser` role argument) where a reward
+        source is `laser: true`."""
+        from actors.laser import LaserSpec
+
+        return {"laser": LaserSpec(self.token)} if config.laser_rewards() else {}
+
     def objective(self, config) -> dict:
         """The policy learner's laser_align objective with these settings (actors/objectives/laser_align.py)."""
         return {"name": "laser_align", "token": self.token, "beta": self.beta, "mse_weight": self.mse_weight,

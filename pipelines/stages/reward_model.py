@@ -47,6 +47,14 @@ class RewardModelConfig(Section):
     def _fields(cls, v: str) -> str:
         return template_fields(v, "reward_model.template")
 
+    def learner_args(self, config) -> dict:
+        """A reward-model learner's role arguments (actors/reward_learner.py: RewardLearner's spec)."""
+        from actors.reward_learner import RewardModelSpec
+
+        return {"spec": RewardModelSpec(label=config.label_source(self), **self.model_dump(include={
+            "template", "lr", "weight_decay", "margin", "batch_pairs", "update_every", "pair_selection",
+            "pairs_per_group", "label_threshold", "eval_pairs"}))}
+
 MARKER = "reward_warmup.json"
 
 

@@ -1,7 +1,7 @@
 """The harness that runs in each test process (`python -I -S -B -c HARNESS`), compiled before the
 code it judges. It decides nothing: it runs the row's setup, the response's code and the test's
 statements, and reports, for each assert, the plain values of the probes the parent sent (see
-actors.rewards.code_asserts); the parent evaluates the asserts.
+actors.sandbox.asserts); the parent evaluates the asserts.
 
 Protocol on the private pipe (fd given in the payload): b"S" once the payload is read, b"C" once
 the row's setup ran (the response's code starts), b"T" once the code ran (the test statements

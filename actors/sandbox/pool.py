@@ -1,11 +1,11 @@
 """Runs reward functions in a pool of sandboxed worker processes.
 
 The pool owner (a Ray actor: multi-threaded, so never forked itself) starts one fresh
-single-threaded zygote (`python -m actors.rewards.worker`) that imports the reward functions once
+single-threaded zygote (`python -m actors.sandbox.worker`) that imports the reward functions once
 and forks workers on demand (a few ms each, memory shared copy-on-write). The owner then talks to
 each worker directly over two pipes and hands out samples in chunks.
 
-Protections, from the owner's side (the worker's own layers are listed in actors.rewards.limits):
+Protections, from the owner's side (the worker's own layers are listed in actors.sandbox.limits):
 
 - Time: each sample has its source's limit; a worker past it is killed with its whole process
   group (killpg SIGKILL) and the sample marked "timed out after Ns". A worker stuck longer than
@@ -48,8 +48,8 @@ import weakref
 from collections import deque
 from pathlib import Path
 
-from actors.rewards import limits
-from actors.rewards.worker import MAX_ERROR, Scored, encode_frame  # noqa: F401 (Scored: re-exported)
+from actors.sandbox import limits
+from actors.sandbox.worker import MAX_ERROR, Scored, encode_frame  # noqa: F401 (Scored: re-exported)
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0  # zygote: Python start-up plus importing the reward functions
@@ -151,7 +151,7 @@ class RewardPool:
         RLIMIT_NOFILE. max_processes: RLIMIT_NPROC, applied with the uid drop (shared by all
         workers of that uid). drop_privileges: run workers as `nobody`, with no capabilities (None:
         when root and nobody can reach sys.path, if need be through a private mount namespace:
-        actors.rewards.mountns; else they stay uid 0 without capabilities). landlock: confine writes, TCP and signals when the
+        actors.sandbox.mountns; else they stay uid 0 without capabilities). landlock: confine writes, TCP and signals when the
         kernel allows. env: extra environment variables for reward functions (nothing else is
         inherited but PATH, LANG and the like). preload: modules the zygote imports up front, so
         workers do not each import them on first use (a function may also list them in its
@@ -258,7 +258,7 @@ class RewardPool:
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         env["HOME"] = env["TMPDIR"] = base
         # Popen, not fork: this process has threads. Own session: its group is not ours.
-        proc = subprocess.Popen([sys.executable, "-m", "actors.rewards.worker", str(theirs.fileno())],
+        proc = subprocess.Popen([sys.executable, "-m", "actors.sandbox.worker", str(theirs.fileno())],
                                 pass_fds=[theirs.fileno()], env=env, cwd=base,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         theirs.close()

@@ -1,6 +1,6 @@
 """Limits and isolation layers for reward worker processes (Linux).
 
-Everything here runs in a freshly forked worker (actors.rewards.worker) before any user code, except
+Everything here runs in a freshly forked worker (actors.sandbox.worker) before any user code, except
 `clean_env`, which the pool uses to build the zygote's environment. Each layer, and what it stops:
 
 - `clean_env`: an allowlist (PATH, LANG, LC_*, ...), so RAY_*, *_TOKEN, *KEY*, AWS_* and the like
@@ -13,7 +13,7 @@ Everything here runs in a freshly forked worker (actors.rewards.worker) before a
   capabilities (bounding and ambient sets empty too). The worker can no longer signal or ptrace
   root processes (the verifier actor, the zygote, Ray), write files it does not own, or fork past
   RLIMIT_NPROC (root is exempt from it). Where `nobody` cannot reach the interpreter or sys.path
-  (Python under /root), the zygote shows it those paths first (actors.rewards.mountns).
+  (Python under /root), the zygote shows it those paths first (actors.sandbox.mountns).
 - `drop_capabilities` (root that cannot become `nobody` at all): stays uid 0 with no capabilities
   for good: it cannot reboot, load modules, mount, change the clock or signal other users'
   processes; root's own processes (the pool) are then protected only by Landlock's scoping.

@@ -32,7 +32,7 @@ import signal
 import subprocess
 import sys
 
-from actors.rewards import limits
+from actors.sandbox import limits
 
 LAYERS = ("capabilities", "landlock_fs", "landlock_tcp", "landlock_signals", "seccomp")
 ALLOW_ENV = "COEVO_CODE_TESTS_ALLOW_MISSING_LAYERS"  # comma-separated layer names, or "landlock"

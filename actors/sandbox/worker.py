@@ -1,6 +1,6 @@
-"""Zygote and worker processes of the reward pool (started by actors.rewards.sandbox).
+"""Zygote and worker processes of the reward pool (started by actors.sandbox.pool).
 
-`python -m actors.rewards.worker FD` is the zygote: a fresh single-threaded process that reads its
+`python -m actors.sandbox.worker FD` is the zygote: a fresh single-threaded process that reads its
 settings (one pickle) from the SOCK_SEQPACKET control socket FD, imports the reward functions once,
 answers {"ready": ...}, then forks a worker for each {"spawn": id} request, which carries the
 worker's two pipe ends as SCM_RIGHTS. Forking a process that already imported everything costs a
@@ -8,7 +8,7 @@ few milliseconds and shares its memory copy-on-write. The zygote reports each wo
 exit status, removes its directory and kills any process a dead worker left behind. Everything it
 sends back is a JSON object; it exits, killing its workers, when the pool closes the socket.
 
-A worker isolates itself (actors.rewards.limits), then reads tasks on fd 3: length-prefixed
+A worker isolates itself (actors.sandbox.limits), then reads tasks on fd 3: length-prefixed
 pickles ("items", [(seq, source, kwargs), ...]) or ("drop", seq) (forget queued items after seq:
 the pool gave them to another worker; answered {"dropped": 1}, so the pool knows the worker is
 not busy with any of them). For each item, in order, it writes one JSON line on fd 4: {"s": seq,
@@ -39,7 +39,7 @@ import tempfile
 import traceback
 from collections import deque
 
-from actors.rewards import limits
+from actors.sandbox import limits
 
 TASK_FD, RESULT_FD = 3, 4
 MAX_ERROR = 2000  # characters of an error message
@@ -277,7 +277,7 @@ def serve(fns: dict, scopes: dict, lim: Limits) -> None:
 
 
 def _setup_worker(task_fd: int, result_fd: int, st: dict, iso: dict, zygote: int, out: list) -> None:
-    """Isolate this freshly forked process; see actors.rewards.limits for what each step stops.
+    """Isolate this freshly forked process; see actors.sandbox.limits for what each step stops.
     `out[0]` is where to report a failure (the result fd moves to RESULT_FD on the way)."""
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
@@ -404,7 +404,7 @@ def _probe_isolation(st: dict) -> dict:
     modes += ["no_caps"] if root else [None]
     notes = []
     if modes[0] == "nobody":  # a Python under /root: show nobody the paths it needs, nothing more
-        from actors.rewards import mountns
+        from actors.sandbox import mountns
 
         needed = [sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
         try:

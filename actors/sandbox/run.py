@@ -1,7 +1,7 @@
 """Running one test of code_tests: a fresh `python -I -S -B -c HARNESS` process under every kernel
-layer (actors.rewards.code_child), watched from outside (wall time, output cap, its whole process
+layer (actors.sandbox.child), watched from outside (wall time, output cap, its whole process
 group killed after), and the parent's verdict from the plain values it reported
-(actors.rewards.code_asserts). The child's output and messages never reach the reason: only
+(actors.sandbox.asserts). The child's output and messages never reach the reason: only
 built-in exception class names, line numbers and limits the parent knows.
 """
 
@@ -17,9 +17,9 @@ import subprocess
 import tempfile
 import time
 
-from actors.rewards import code_child
-from actors.rewards.code_asserts import NotPlain, ProbeFailed, decode, evaluate, exception_name
-from actors.rewards.code_harness import HARNESS
+from actors.sandbox import child
+from actors.sandbox.asserts import NotPlain, ProbeFailed, decode, evaluate, exception_name
+from actors.sandbox.harness import HARNESS
 
 MAX_RESULT = 1 << 20  # bytes read from a test's private result pipe (the reported values)
 EXIT_FAILED, EXIT_HARNESS, EXIT_MEMORY = 1, 2, 3
@@ -35,7 +35,7 @@ def audit_hook_on() -> bool:
 def run_test(python: str, payload: dict, checks: list, layers: dict, wall_s: float, cpu_s: float,
              memory_mb: float, max_output: int, file_mb: float) -> tuple[bool, str | None, bool]:
     """Run one test in a fresh process: (passed, why not, whether the code ran and the test
-    statements started). `layers`: code_child.check's result (the layers to apply)."""
+    statements started). `layers`: child.check's result (the layers to apply)."""
     seen = run_confined(python, ["-c", HARNESS],
                         lambda fd: json.dumps({**payload, "fd": fd, "audit": audit_hook_on()}).encode(),
                         layers, wall_s, cpu_s, memory_mb, max_output, file_mb)
@@ -45,7 +45,7 @@ def run_test(python: str, payload: dict, checks: list, layers: dict, wall_s: flo
 def run_confined(python: str, args: list[str], stdin, layers: dict, wall_s: float, cpu_s: float,
                  memory_mb: float, max_output: int, file_mb: float, keep: int = 2000) -> dict:
     """Run `python -I -S -B *args` in a fresh directory under every kernel layer of `layers`
-    (code_child.check's result), feed it `stdin(fd)` (bytes; `fd` is the number of a private pipe
+    (child.check's result), feed it `stdin(fd)` (bytes; `fd` is the number of a private pipe
     the process may report on), and watch it from outside: wall time, output cap, its whole process
     group killed after. Returns what was seen: exit status `code`, the private pipe's bytes
     `result`, the last `keep` bytes of stdout+stderr `tail`, `timed_out`, `over` (the output cap).
@@ -57,7 +57,7 @@ def run_confined(python: str, args: list[str], stdin, layers: dict, wall_s: floa
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": directory,
            "TMPDIR": directory}
     abi = layers["landlock_abi"] if "landlock_fs" in layers["holds"] else 0
-    rules = code_child.read_rules(python) if abi else None
+    rules = child.read_rules(python) if abi else None
     limits = (os.getpid(), directory, int(memory_mb * 2**20), max(1, round(cpu_s)), int(file_mb * 2**20),
               abi, layers["seccomp"], rules)
     proc = None
@@ -65,7 +65,7 @@ def run_confined(python: str, args: list[str], stdin, layers: dict, wall_s: floa
         proc = subprocess.Popen(
             [python, "-I", "-S", "-B", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, cwd=directory, env=env, pass_fds=(w_fd,), start_new_session=True,
-            bufsize=0, preexec_fn=lambda: code_child.apply(*limits))
+            bufsize=0, preexec_fn=lambda: child.apply(*limits))
         os.close(w_fd)
         w_fd = -1
         return _watch(proc, data, r_fd, wall_s, max_output, keep)
