@@ -39,6 +39,7 @@ def check_episodes(run_dir, steps: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a fault run of episodes: CI's long stage (the main suite stays near 15 minutes)
 def test_a_generator_killed_mid_episode_loses_no_episode(ray_env, warm_cache, tmp_path) -> None:
     mark = uuid.uuid4().hex
     run_dir = tmp_path / "run"

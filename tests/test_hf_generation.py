@@ -206,6 +206,7 @@ def compiled_decodes_like_the_dynamic_loop(device: str, mode: str | None) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.long  # an inductor compilation on the CPU, ~20 s: CI's long stage
 def test_the_compiled_static_step_is_one_graph_and_compiles_once_per_shape() -> None:
     compiled_decodes_like_the_dynamic_loop("cpu", "")  # inductor's default mode: the CPU has no CUDA graphs
 
