@@ -81,8 +81,3 @@ class StaticDecoder:
         out = self.forward(input_ids=token[:, None], attention_mask=self.mask, position_ids=position,
                            use_cache=True, **cache_kwargs(self.model, self.cache))
         return out.logits[:, -1].clone()
-
-    def release(self) -> None:
-        """Forget every cache (and with them the compiled steps' hold on their memory)."""
-        self.shapes.clear()
-        self.cache = self.mask = None
