@@ -6,7 +6,6 @@ messages reaching a reward function."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pyarrow as pa
 import pytest
@@ -20,6 +19,7 @@ from actors.verifier import Verifier
 from orchestrator.config import validate_config
 from orchestrator.data import DatasetError, load_prompts, read_rows
 from rl_step import train
+from user_module import on_path
 
 TEXTS = ["Tom has 3 apples. He buys 4 more. How many apples does Tom have now?",
          "3 + 4 = 7. The answer is \\boxed{7}.", "Answer with a number.", "system", "user", "assistant"] * 20
@@ -50,11 +50,8 @@ def no_pad_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reward_fn(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rewards")
-    (path / "coevo_test_chat_rewards.py").write_text(textwrap.dedent(REWARD_MODULE))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(path))
-        yield "coevo_test_chat_rewards:sees_messages"
+    with on_path(tmp_path_factory, "coevo_test_chat_rewards", REWARD_MODULE) as module:
+        yield f"{module}:sees_messages"
 
 
 def write_jsonl(path, rows):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import textwrap
 
 import numpy as np
 import pandas as pd
@@ -20,6 +19,7 @@ from actors import batch as B
 from orchestrator.config import Config, validate_config
 from orchestrator.data import arithmetic
 from rl_step import credited, generator, train
+from user_module import on_path
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
         "intermediate_size": 64}
@@ -46,11 +46,8 @@ def make_config(reward_fn: str | None = None, rollout: dict | None = None, **alg
 
 @pytest.fixture(scope="module")
 def reward_fn(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rewards")
-    (path / "coevo_test_learner_rewards.py").write_text(textwrap.dedent(REWARD_MODULE))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(path))
-        yield "coevo_test_learner_rewards:varied"
+    with on_path(tmp_path_factory, "coevo_test_learner_rewards", REWARD_MODULE) as module:
+        yield f"{module}:varied"
 
 
 @pytest.fixture(scope="module")

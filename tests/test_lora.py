@@ -5,7 +5,6 @@ resume puts base and adapter back; a warm-up trains the base."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from actors.verifier import Verifier
 from orchestrator.config import ConfigError, validate_config
 from orchestrator.data import arithmetic
 from rl_step import credited
+from user_module import on_path
 
 TINY = {"arch": "qwen2", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
         "intermediate_size": 64}
@@ -29,11 +29,8 @@ def varied(prompt, response, answer, **_):
 
 @pytest.fixture(scope="module")
 def reward_fn(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rewards")
-    (path / "coevo_test_lora_rewards.py").write_text(textwrap.dedent(REWARD_MODULE))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(path))
-        yield "coevo_test_lora_rewards:varied"
+    with on_path(tmp_path_factory, "coevo_test_lora_rewards", REWARD_MODULE) as module:
+        yield f"{module}:varied"
 
 
 def make_config(reward_fn, packing="off", kl=0.0, lora_settings=None, **learner):

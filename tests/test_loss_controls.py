@@ -4,7 +4,6 @@ estimator (`algorithm.kl_estimator`), and a custom policy loss under an off-poli
 from __future__ import annotations
 
 import math
-import textwrap
 
 import numpy as np
 from types import SimpleNamespace
@@ -17,6 +16,7 @@ from actors.objectives.policy_gradient import PolicyGradient
 from orchestrator.config import AlgorithmConfig
 from rl_step import train
 from test_learner import make_config
+from user_module import on_path
 from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures shared with test_learner)
 
 USER_MODULE = """
@@ -34,10 +34,7 @@ def constant_kl(logp, ref):
 
 @pytest.fixture(scope="module")
 def user_module(tmp_path_factory):
-    path = tmp_path_factory.mktemp("loss_controls")
-    (path / "coevo_test_loss_controls.py").write_text(textwrap.dedent(USER_MODULE))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(path))
+    with on_path(tmp_path_factory, "coevo_test_loss_controls", USER_MODULE):
         import coevo_test_loss_controls
         yield coevo_test_loss_controls
 
