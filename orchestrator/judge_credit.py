@@ -173,7 +173,7 @@ class LearnedRewards(RewardColumns):
                        else None)
             m = {"auroc": auc, "auroc_batch": now_auc}
             if self.cfg.min_auroc is not None and auc is not None:
-                self.guarded[s] = min(auc, auc if now_auc is None else now_auc) < self.cfg.min_auroc
+                self.guarded[s] = min(a for a in (auc, now_auc) if a is not None) < self.cfg.min_auroc
             m["guard"] = float(self.guarded[s]) if self.cfg.min_auroc is not None else None
             if self.guarded[s]:
                 values = np.full_like(values, np.nan)
