@@ -150,7 +150,7 @@ def _preflight(config) -> None:
         from orchestrator.model_check import check_model_dir
         _check_generation_config(check_model_dir(config.model.path))
     load_prompts(config.data, config.seed, model_cfg=config.model.model_copy(deep=True))  # chat templates too
-    if config.reward_model.pairs_path and config.recipe == "reward_model":
+    if config.recipe == "reward_model" and config.reward_model.pairs_path:
         from orchestrator.pair_source import load_pair_splits
         load_pair_splits(config.reward_model, config.seed)
 

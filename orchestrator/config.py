@@ -917,10 +917,44 @@ def validate_config(data: dict, source: str = "config") -> Config:
                           f"working directory, {os.getcwd()}, and PYTHONPATH)") from None
     except ValueError as e:  # it declares a bad section
         raise ConfigError(f"{source}: recipe {data.get('recipe')!r}: {e}") from None
+    data = drop_unused_sections(data, model, source)
     try:
         return model.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{source}: invalid config\n" + describe_errors(e, model, data.get("recipe", "grpo"))) from None
+
+
+EXAMPLE_SOURCE = {"judge": "{name: judge, judge: true}", "laser": "{name: self, laser: true}",
+                  "model": "{name: rm, model: auto}"}  # a reward source of each learned kind, for messages
+
+
+def drop_unused_sections(data: dict, model: type[BaseModel], source: str) -> dict:
+    """`data` without the sections of stages its reward sources do not call for (orchestrator.settings:
+    a config holds the sections of the stages it can run). One that holds only defaults goes quietly
+    (a run's config.yaml saved before sections depended on the rewards); one that sets a value is an
+    error naming it, since nothing would read it."""
+    from orchestrator.settings import reward_kinds, unused_sections
+    unused = unused_sections(data, model, Config) if isinstance(data, dict) else {}
+    if not unused:
+        return data
+    data = dict(data)
+    for key, (stage, section) in unused.items():
+        value = data.pop(key)
+        if value is None or value == {}:
+            continue
+        try:
+            given, default = section.model_validate(value), section()
+            changed = [k for k in value if getattr(given, k) != getattr(default, k)]
+        except (ValidationError, TypeError, AttributeError):
+            changed = list(value) if isinstance(value, dict) else [None]
+        if not changed:
+            continue
+        what = ", ".join(f"{key}.{k}={value[k]!r}" for k in changed) if changed != [None] else f"{key}={value!r}"
+        wanted = " or ".join(f"a {k} reward source ({EXAMPLE_SOURCE.get(k, k)})" for k in stage.rewards)
+        have = ", ".join(sorted(reward_kinds(data, Config))) or "none"
+        raise ConfigError(f"{source}: section {key!r} sets {what}, but it is read only with {wanted}, which "
+                          f"this config's rewards lack (their kinds: {have}); add one, or remove the section")
+    return data
 
 
 def describe_errors(exc: ValidationError, model: Optional[type[BaseModel]] = None, recipe: str = "grpo") -> str:

@@ -17,11 +17,16 @@ from functools import lru_cache
 from pydantic import BaseModel, Field, create_model
 
 
-def sections_of(recipe_cls, common) -> dict[str, type[BaseModel]]:
+def sections_of(recipe_cls, common, kinds: frozenset[str] | None = None) -> dict[str, type[BaseModel]]:
     """Section name -> model: the recipe's stages first, then its classes from base to most derived,
-    so a subclass can replace a section with an extended model. `common`: the sections every run has."""
+    so a subclass can replace a section with an extended model. `common`: the sections every run has.
+    `kinds`: the config's reward kinds (reward_kinds), which leave out the sections of the stages that
+    serve none of them (`Stage.rewards`); None: every section the recipe can have."""
     from orchestrator.stages import STAGES
-    owners = [STAGES.get(name) for name in recipe_cls.stage_names] + list(reversed(recipe_cls.__mro__))
+    stages = [STAGES.get(name) for name in recipe_cls.stage_names]
+    if kinds is not None:
+        stages = [stage for stage in stages if serves(stage, kinds)]
+    owners = stages + list(reversed(recipe_cls.__mro__))
     found: dict[str, type[BaseModel]] = {}
     for owner in owners:
         for key, model in (vars(owner).get("settings") or {}).items():
@@ -36,12 +41,34 @@ def sections_of(recipe_cls, common) -> dict[str, type[BaseModel]]:
     return found
 
 
+def serves(stage, kinds: frozenset[str]) -> bool:
+    """Whether a stage's sections belong to a config with these reward kinds."""
+    wanted = getattr(stage, "rewards", ())
+    return not wanted or bool(set(wanted) & kinds)
+
+
+def reward_kinds(data: dict, base: type[BaseModel]) -> frozenset[str]:
+    """The kinds of a raw config's reward sources (RewardSpec.kind: fn, model, judge, laser, env), read
+    before validation: which stages can run decides which sections the config has. An entry that is
+    no mapping is left to validation, which names it."""
+    rewards = data.get("rewards", base.model_fields["rewards"].default)
+    kinds = set()
+    for reward in rewards if isinstance(rewards, list) else ():
+        if hasattr(reward, "kind"):  # a RewardSpec (a config built in code)
+            kinds.add(reward.kind)
+        elif isinstance(reward, dict):  # RewardSpec.kind's order
+            kinds.add("model" if reward.get("model") is not None else "judge" if reward.get("judge")
+                      else "laser" if reward.get("laser") else "env" if reward.get("env") else "fn")
+    return frozenset(kinds)
+
+
 @lru_cache(maxsize=None)
-def config_model(recipe: str, base: type[BaseModel]) -> type[BaseModel]:
+def config_model(recipe: str, base: type[BaseModel], kinds: frozenset[str] | None = None) -> type[BaseModel]:
     """The config model of a recipe (by registered name or `module:Class`): `base` (the sections every
-    run has, orchestrator.config.Config) plus the recipe's; built once per process."""
+    run has, orchestrator.config.Config) plus the recipe's, those of its stages only for a config with
+    `kinds` of reward sources they serve (None: all of them); built once per process."""
     from orchestrator.recipes import RECIPES
-    sections = sections_of(RECIPES.get(recipe), base.model_fields)
+    sections = sections_of(RECIPES.get(recipe), base.model_fields, kinds)
     fields = {key: (model, Field(default_factory=model)) for key, model in sections.items()}
     model = create_model("Config", __base__=base, __module__=base.__module__, **fields)
     model.__qualname__ = f"Config[{recipe}]"
@@ -55,7 +82,26 @@ def model_for(data, base: type[BaseModel]) -> type[BaseModel]:
     from orchestrator.recipes import RECIPES
     if not isinstance(recipe, str) or recipe not in RECIPES:
         return base
-    return config_model(recipe, base)
+    return config_model(recipe, base, reward_kinds(data, base))
+
+
+def unused_sections(data: dict, model: type[BaseModel], base: type[BaseModel]) -> dict[str, tuple]:
+    """The sections in `data` that its recipe's stages own but that `model` (the config's, from its
+    reward kinds) leaves out: name -> (the stage, its section model). Validation drops one that holds
+    only defaults (a config saved before sections depended on the rewards) and refuses one that sets
+    anything, since nothing would read it."""
+    recipe = data.get("recipe", base.model_fields["recipe"].default)
+    from orchestrator.recipes import RECIPES
+    from orchestrator.stages import STAGES
+    if not isinstance(recipe, str) or recipe not in RECIPES:
+        return {}
+    found = {}
+    for name in RECIPES.get(recipe).stage_names:
+        stage = STAGES.get(name)
+        for key, section in (vars(stage).get("settings") or {}).items():
+            if key in data and key not in model.model_fields:
+                found[key] = (stage, section)
+    return found
 
 
 def section_owners(key: str, base: type[BaseModel]) -> list[str]:

@@ -111,6 +111,10 @@ class Stage:
     marker = "stage.json"  # written last into its output: the stage finished (its resume point)
     borrows: tuple[str, ...] = POLICY_ROLES  # the pools it trains with (the recipe's, or temporary ones)
     settings: dict = {}  # config sections it owns: name -> pydantic model (orchestrator.settings)
+    # the reward kinds (orchestrator.config.RewardSpec.kind) it serves: its sections join a config only
+    # where a reward source of one of them is (a config holds the sections of the stages it can run);
+    # () for always. A recipe that reads such a section without that reward lists it in its own settings
+    rewards: tuple[str, ...] = ()
 
     def enabled(self, config, recipe) -> bool:
         return True

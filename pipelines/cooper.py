@@ -16,6 +16,7 @@ from orchestrator.channels import Channel
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
+from pipelines.stages.reward_model import RewardModelConfig
 
 
 def trained_source(config) -> str:
@@ -29,6 +30,7 @@ def trained_source(config) -> str:
 
 class Cooper(GRPO):
     name = "cooper"
+    settings = {"reward_model": RewardModelConfig}  # the reward model it trains, named when its source is missing
 
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:

@@ -11,10 +11,12 @@ from orchestrator.evaluation import greedy_accuracy, self_reward_quality
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO
+from pipelines.stages.laser import LaserConfig
 
 
 class Laser(GRPO):
     name = "laser"
+    settings = {"laser": LaserConfig}  # its self-reward, named when its source is missing
 
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:

@@ -13,6 +13,7 @@ from orchestrator.config import Section
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO
+from pipelines.stages.reward_model import RewardModelConfig
 
 
 class PrimeConfig(Section):
@@ -24,7 +25,8 @@ class PrimeConfig(Section):
 
 
 class Prime(GRPO):
-    settings = {"prime": PrimeConfig}
+    # reward_model.label_threshold labels its implicit PRM's outcomes, with or without a `model:` source
+    settings = {"prime": PrimeConfig, "reward_model": RewardModelConfig}
     name = "prime"
 
     @classmethod

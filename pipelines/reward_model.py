@@ -15,10 +15,12 @@ from orchestrator.pair_source import PairSource, load_pair_splits
 from orchestrator.recipes import Recipe, Sources
 from orchestrator.reward_health import health_info
 from orchestrator.roles import RoleSpec
+from pipelines.stages.reward_model import RewardModelConfig
 
 
 class RewardModelTraining(Recipe):
     name = "reward_model"
+    settings = {"reward_model": RewardModelConfig}  # its own, with or without a `model:` reward source
     policy = False  # the policy is not trained; it only samples (from the warm-up) when pairs are built
 
     @classmethod

@@ -35,6 +35,7 @@ from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
+from pipelines.stages.judge import JudgeConfig
 
 
 class IterationsConfig(Section):
@@ -285,7 +286,7 @@ class IterationSource(BatchSource):
 
 class SelfRewarding(GRPO):
     name = "self_rewarding"
-    settings = {"iterations": IterationsConfig}
+    settings = {"judge": JudgeConfig, "iterations": IterationsConfig}  # the policy judges its pairs
 
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:

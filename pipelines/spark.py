@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from orchestrator.config import Section, template_fields
 from pipelines.grpo import GRPO
+from pipelines.stages.judge import JudgeConfig
 
 
 class SparkConfig(Section):
@@ -91,7 +92,7 @@ class SparkConfig(Section):
 
 
 class Spark(GRPO):
-    settings = {"spark": SparkConfig}
+    settings = {"judge": JudgeConfig, "spark": SparkConfig}  # its judge, with or without a judge reward source
     name = "spark"
 
     @classmethod

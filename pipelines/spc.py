@@ -37,6 +37,7 @@ from orchestrator.evaluation import auroc, labelled_scores
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
+from pipelines.stages.judge import JudgeConfig
 
 GAME = "game"  # the sneaky learner's one reward source: its game reward
 SEQ0 = 10 ** 9  # sneaky requests are numbered apart from the policy's
@@ -190,7 +191,7 @@ class CriticLearner(Learner):
 
 class SPC(GRPO):
     name = "spc"
-    settings = {"spc": SpcConfig}
+    settings = {"judge": JudgeConfig, "spc": SpcConfig}  # the critic is a judge (its cross_check asks for its source)
 
     @classmethod
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:

@@ -140,12 +140,21 @@ def render() -> str:
              "The sections below every run has. A recipe and its stages add their own sections "
              "(`Recipe.settings`, `Stage.settings`; see [extending](extending.md)); a config is checked "
              "against its recipe's sections, so a section another recipe owns is an error naming its owner.", "",
+             "A stage's section is in a config only where the stage can run: `judge` with a `judge: true` reward "
+             "source, `laser` with a `laser: true` one, `reward_model` with a `model:` one (`Stage.rewards`). "
+             "Set without one, it is an error naming the key (a section holding only defaults, as a run's "
+             "config.yaml saved before this rule has, is dropped).", "",
              "## Sections every run has", ""]
     section(Config, "", lines)
     lines += ["## Sections recipes and stages own", ""]
-    by_recipe = {name: sorted(sections_of(RECIPES.get(name), Config.model_fields)) for name in RECIPES.names()}
-    lines += ["| recipe | its sections |", "|---|---|",
-              *[f"| `{name}` | {', '.join(f'`{s}`' for s in secs)} |" for name, secs in by_recipe.items()], ""]
+    lines += ["| recipe | its sections | with a learned reward source (its kind) |", "|---|---|---|"]
+    for name in RECIPES.names():
+        always = sorted(sections_of(RECIPES.get(name), Config.model_fields, frozenset()))
+        learned = {key: kind for kind in ("judge", "laser", "model")
+                   for key in sections_of(RECIPES.get(name), Config.model_fields, frozenset({kind})) if key not in always}
+        lines.append(f"| `{name}` | {', '.join(f'`{s}`' for s in always)} | "
+                     f"{', '.join(f'`{key}` ({kind})' for key, kind in sorted(learned.items()))} |")
+    lines.append("")
     owned = owners()
     models = {}
     for name in RECIPES.names():

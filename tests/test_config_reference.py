@@ -26,4 +26,4 @@ def test_the_reference_names_every_section_and_key() -> None:
                 "`prime.beta`", "`iterations.cream`", "`judge.mode`", "`laser.token`", "`reward_model.margin`"):
         assert key in text, key
     assert "## `prime` (declared by recipe `prime`)" in text
-    assert "## `judge` (declared by stage `judge`)" in text
+    assert "## `judge` (declared by stage `judge`, recipe `self_rewarding`" in text

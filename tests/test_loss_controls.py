@@ -126,11 +126,12 @@ def test_the_self_judge_objective_trains_the_policy_as_its_own_judge(reward_fn, 
     """SPARK: its loss is the judge's cross-entropy on the batch's verifier labels (P(Y) vs P(N)
     after the judge prompt), here over all 16 labelled rollouts, read before the update."""
     from actors.judging import render, single_token, yes_probability
+    from pipelines.stages.judge import JudgeConfig
 
     config = make_config(reward_fn)
     learner = Learner(config, objectives=["policy_gradient", {"name": "self_judge", "per_update": 64}])
     tok = learner.tokenizer
-    texts = [render(config.judge.template, p, r) for p, r in zip(scored.column("prompt").to_pylist(),
+    texts = [render(JudgeConfig().template, p, r) for p, r in zip(scored.column("prompt").to_pylist(),
                                                                   scored.column("response").to_pylist())]
     p_yes = yes_probability(learner.model, tok, texts, single_token(tok, "Y", "yes"), single_token(tok, "N", "no"), "cpu")
     correct = np.array(scored.column("reward.varied").to_pylist()) >= 0.5

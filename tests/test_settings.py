@@ -17,11 +17,62 @@ from orchestrator.settings import config_model
 def test_each_built_in_section_belongs_to_its_recipe_or_stage() -> None:
     assert "prime" in config_model("prime", Config).model_fields
     assert "iterations" in config_model("self_rewarding", Config).model_fields
-    grpo = config_model("grpo", Config).model_fields
+    grpo = config_model("grpo", Config).model_fields  # every section a GRPO config can have
     assert "prime" not in grpo and "iterations" not in grpo
     for stage_section in ("judge", "laser", "reward_model"):  # the default stages own these
         assert stage_section in grpo
     assert "prime" not in Config.model_fields  # the common sections stay recipe-free
+
+
+JUDGED = [{"name": "ok", "fn": "integer_match"}, {"name": "j", "judge": True}]
+
+
+def test_a_config_holds_only_the_sections_of_the_stages_it_can_run() -> None:
+    stage_sections = {"judge", "laser", "reward_model"}
+    expected = {"grpo_addition": set(), "dapo": set(), "self_judged_grpo": {"judge"}, "spark": {"judge"},
+                "spc": {"judge"}, "self_rewarding": {"judge"}, "laser": {"laser"}, "cooper": {"reward_model"},
+                "mixed_rewards": {"reward_model"},
+                # recipes that read reward_model without a `model:` source own it themselves
+                "reward_model": {"reward_model"}, "prime": {"reward_model"}}
+    for recipe, sections in expected.items():
+        cfg = load_config(recipe)
+        assert stage_sections & set(type(cfg).model_fields) == sections, recipe
+        assert stage_sections & set(cfg.model_dump()) == sections, recipe  # and so its saved config.yaml
+    # a judge reward source brings the judge section (and its settings) into a GRPO config
+    cfg = load_config(None, [f"rewards={JUDGED}".replace("'", ""), "judge.warmup_steps=5"])
+    assert cfg.judge.warmup_steps == 5 and "laser" not in type(cfg).model_fields
+
+
+def test_a_stage_section_set_without_its_reward_source_is_named() -> None:
+    for override, kind in (("judge.warmup_steps=5", "judge"), ("laser.beta=0.5", "laser"),
+                           ("reward_model.lr=0.001", "model")):
+        with pytest.raises(ConfigError) as err:
+            load_config("grpo_addition", [override])
+        key, _, value = override.partition("=")
+        section = key.split(".")[0]
+        assert (f"section {section!r} sets {key}={float(value) if '.' in value else int(value)!r}, but it is read "
+                f"only with a {kind} reward source") in str(err.value)
+        assert "this config's rewards lack (their kinds: fn); add one, or remove the section" in str(err.value)
+    with pytest.raises(ConfigError) as err:  # a recipe that owns the section names what it lacks itself
+        load_config("cooper", ["rewards=[{name: correct, fn: integer_match}]", "aggregate={}"])
+    assert "recipe cooper needs a reward model among rewards" in str(err.value)
+
+
+def test_a_saved_config_with_unused_default_sections_still_loads() -> None:
+    """A run's config.yaml from before sections depended on the rewards holds every stage's section at
+    its defaults: it loads (so --resume works), without them."""
+    from pipelines.stages.judge import JudgeConfig
+    from pipelines.stages.laser import LaserConfig
+    from pipelines.stages.reward_model import RewardModelConfig
+    old = load_config("grpo_addition").model_dump(mode="json")
+    old.update(judge=JudgeConfig().model_dump(mode="json"), laser=LaserConfig().model_dump(mode="json"),
+               reward_model=RewardModelConfig().model_dump(mode="json"))
+    cfg = validate_config(old)
+    assert not {"judge", "laser", "reward_model"} & set(type(cfg).model_fields)
+    assert cfg == load_config("grpo_addition")
+    old["judge"]["warmup_steps"] = 7  # but a value someone set is not dropped quietly
+    with pytest.raises(ConfigError, match="judge.warmup_steps=7"):
+        validate_config(old)
 
 
 def test_another_recipes_section_is_named_with_its_owner() -> None:
@@ -74,7 +125,7 @@ def test_a_user_recipe_brings_its_own_section(user_module) -> None:
         class Mine(GRPO):
             settings = {"mine": MineConfig}
     """)
-    cfg = validate_config({"recipe": f"{name}:Mine", "mine": {"alpha": 2}})
+    cfg = validate_config({"recipe": f"{name}:Mine", "mine": {"alpha": 2}, "rewards": JUDGED})
     assert cfg.mine.alpha == 2.0 and cfg.mine.mode == "fast" and cfg.judge.yes == "Y"
     assert pickle.loads(cloudpickle.dumps(cfg)) == cfg
     with pytest.raises(ConfigError) as err:

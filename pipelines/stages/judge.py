@@ -208,6 +208,7 @@ class JudgeWarmup(PolicyWarmup):
     name, label, marker = "judge_warmup", "judging warm-up", MARKER
     key, work = staticmethod(cache_path), staticmethod(warm_up)
     settings = {"judge": JudgeConfig}
+    rewards = ("judge",)  # its section only where a reward source is `judge:`
 
     def enabled(self, config, recipe) -> bool:
         return bool(config.judge_rewards() and config.judge.warmup_steps)

@@ -195,6 +195,7 @@ class LaserWarmup(PolicyWarmup):
     name, label, marker = "laser_warmup", "self-verification warm-up", MARKER
     key, work = staticmethod(cache_path), staticmethod(warm_up)
     settings = {"laser": LaserConfig}
+    rewards = ("laser",)  # its section only where a reward source is `laser:`
 
     def enabled(self, config, recipe) -> bool:
         return bool(config.laser_rewards() and config.laser.warmup_steps)

@@ -68,14 +68,15 @@ def cache_path(config) -> Path:
 def warmup_config(cfg):
     """The nested reward_model run that trains an `auto` reward model: the run's verifiers only (they
     label the pairs), none of its aggregation (which may name the reward model itself)."""
-    from orchestrator.settings import config_model
-    accepted = config_model("reward_model", Config).model_fields  # the run's recipe may own sections it lacks
-    data = {k: v for k, v in cfg.model_dump(mode="json").items() if k in accepted}
+    from orchestrator.settings import model_for
+    data = cfg.model_dump(mode="json")
     steps = cfg.reward_model.warmup_steps
     data.update(recipe="reward_model", output_dir=None, aggregate={},
                 rewards=[r for r in data["rewards"]
                          if r.get("model") is None and not r.get("judge") and not r.get("laser")],
                 roles={k: v for k, v in data["roles"].items() if k in ("generator", "verifier", "rm_learner")})
+    accepted = model_for(data, Config).model_fields  # the run's recipe may own sections it lacks
+    data = {k: v for k, v in data.items() if k in accepted}
     data["reward_model"].update(pairs_path=None, init=None)
     # held-out pair accuracy once, at the end: the only one that is kept (in the cache's marker) and
     # shown; every steps // 4 it was a quarter of the warm-up's time (measured: 18 s of 72)
@@ -91,6 +92,7 @@ class RewardModels(Stage):
     name, label, marker = "reward_models", "reward model", MARKER
     borrows = ()  # the nested run builds its own pools
     settings = {"reward_model": RewardModelConfig}
+    rewards = ("model",)  # its section only where a reward source is `model:`
 
     def enabled(self, config, recipe) -> bool:
         return bool(config.model_rewards())
