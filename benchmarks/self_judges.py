@@ -65,7 +65,8 @@ JUDGES = ("self_judged_grpo", "spark", "spc", "self_rewarding")  # the recipes w
 def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
     """recipe -> (config file, overrides) in the scarce-label regime, `v` the task's verifier."""
     judge = f"rewards=[{{name: {v}}}, {{name: judge, judge: true, weight: 0}}]"
-    warm = [f"judge.warmup_steps={args.judge_warmup}", "judge.warmup_task=own"]
+    warm = [f"judge.warmup_steps={args.judge_warmup}", "judge.warmup_task=own",
+            f"judge.warmup_task_fraction={args.judge_task_fraction}"]
     return {
         "grpo": ("grpo_addition", [f"rewards=[{{name: {v}}}]"]),
         "self_judged_grpo": ("self_judged_grpo", [judge, f"aggregate.fill={{{v}: judge}}", f"verifier.accuracy_source={v}",
@@ -200,6 +201,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=32, help="rollout.prompts_per_step of every run")
     parser.add_argument("--eval-prompts", type=int, default=64, help="held-out prompts the judge is measured on")
     parser.add_argument("--judge-warmup", type=int, default=200, help="judge.warmup_steps")
+    parser.add_argument("--judge-task-fraction", type=float, default=0.5,
+                        help="judge.warmup_task_fraction: the share of each judging warm-up batch that rehearses the "
+                             "policy's own greedy answers (0.75 keeps the policy's accuracy where it was, --gap)")
     parser.add_argument("--laser-warmup", type=int, default=300, help="laser.warmup_steps")
     parser.add_argument("--rm-warmup", type=int, default=60, help="reward_model.warmup_steps (cooper)")
     parser.add_argument("--threads", type=int, default=1, help="train.threads")
@@ -276,7 +280,7 @@ def main() -> None:
     summary = write_summary("self_judges", name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
         f"{args.prompts} prompts x 8, eval every {args.eval_every}, {args.eval_prompts} judge eval prompts; warm-ups: judge "
-        f"{args.judge_warmup}, laser {args.laser_warmup}, reward model {args.rm_warmup} steps; credit {args.credit} "
+        f"{args.judge_warmup} (task share {args.judge_task_fraction}), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; credit {args.credit} "
         f"(every variant for {args.ablate or 'no recipe'}); "
         f"overrides {args.extra or 'none'}"))
     print(f"\nraw results: {out}\nsummary: {summary}")
