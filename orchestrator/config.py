@@ -940,6 +940,8 @@ def drop_unused_sections(data: dict, model: type[BaseModel], source: str) -> dic
     data = dict(data)
     for key, (stage, section) in unused.items():
         value = data.pop(key)
+        if isinstance(value, BaseModel):  # a config built in code
+            value = value.model_dump()
         if value is None or value == {}:
             continue
         try:
