@@ -840,7 +840,8 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
     source = recipe_path(path)
     data = read_config_file(source)
     data = apply_overrides(data, overrides or [])
-    return validate_config(data, source=str(source))
+    given = tuple(".".join(parse_override(item)[0]) for item in overrides or [])
+    return validate_config(data, source=str(source), overridden=given)
 
 
 def read_config_file(source: Path, _seen: tuple[Path, ...] = ()) -> dict:
@@ -908,7 +909,9 @@ def resolve_file_paths(data: dict, base: Path) -> dict:
     return data
 
 
-def validate_config(data: dict, source: str = "config") -> Config:
+def validate_config(data: dict, source: str = "config", overridden: tuple[str, ...] = ()) -> Config:
+    """`data` checked against its recipe's config model; `source` names it in errors, and `overridden`
+    the dotted keys that came from the command line rather than from it."""
     from orchestrator.settings import model_for
     try:
         model = model_for(data, Config)
@@ -917,7 +920,7 @@ def validate_config(data: dict, source: str = "config") -> Config:
                           f"working directory, {os.getcwd()}, and PYTHONPATH)") from None
     except ValueError as e:  # it declares a bad section
         raise ConfigError(f"{source}: recipe {data.get('recipe')!r}: {e}") from None
-    data = drop_unused_sections(data, model, source)
+    data = drop_unused_sections(data, model, source, overridden)
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -928,7 +931,7 @@ EXAMPLE_SOURCE = {"judge": "{name: judge, judge: true}", "laser": "{name: self, 
                   "model": "{name: rm, model: auto}"}  # a reward source of each learned kind, for messages
 
 
-def drop_unused_sections(data: dict, model: type[BaseModel], source: str) -> dict:
+def drop_unused_sections(data: dict, model: type[BaseModel], source: str, overridden: tuple[str, ...] = ()) -> dict:
     """`data` without the sections of stages its reward sources do not call for (orchestrator.settings:
     a config holds the sections of the stages it can run). One that holds only defaults goes quietly
     (a run's config.yaml saved before sections depended on the rewards); one that sets a value is an
@@ -944,19 +947,38 @@ def drop_unused_sections(data: dict, model: type[BaseModel], source: str) -> dic
             value = value.model_dump()
         if value is None or value == {}:
             continue
-        try:
-            given, default = section.model_validate(value), section()
-            changed = [k for k in value if getattr(given, k) != getattr(default, k)]
-        except (ValidationError, TypeError, AttributeError):
-            changed = list(value) if isinstance(value, dict) else [None]
+        changed = _set_keys(key, value, section)
         if not changed:
             continue
-        what = ", ".join(f"{key}.{k}={value[k]!r}" for k in changed) if changed != [None] else f"{key}={value!r}"
+        where = " (on the command line)" if all(k.split("=")[0] in overridden or key in overridden
+                                                   for k in changed) else ""
         wanted = " or ".join(f"a {k} reward source ({EXAMPLE_SOURCE.get(k, k)})" for k in stage.rewards)
         have = ", ".join(sorted(reward_kinds(data, Config))) or "none"
-        raise ConfigError(f"{source}: section {key!r} sets {what}, but it is read only with {wanted}, which "
-                          f"this config's rewards lack (their kinds: {have}); add one, or remove the section")
+        raise ConfigError(f"{source}: section {key!r} sets {', '.join(changed)}{where}, but it is read only with "
+                          f"{wanted}, which this config's rewards lack (their kinds: {have}); add one, or drop "
+                          f"the section ({key}=null on the command line, `{key}: null` in a YAML file, which also "
+                          f"drops one that a `base:` brings)")
     return data
+
+
+def _set_keys(key: str, value, section: type[BaseModel]) -> list[str]:
+    """`key.k=v` for each value in a section's raw `value` that differs from the section's default,
+    or is no key of it."""
+    if not isinstance(value, dict):
+        return [f"{key}={value!r}"]
+    default, out = section(), []
+    for k, v in value.items():
+        if k not in section.model_fields:
+            out.append(f"{key}.{k}={v!r} (no such key)")
+            continue
+        try:
+            given = getattr(section.model_validate({**default.model_dump(), k: v}), k)
+        except ValidationError:
+            out.append(f"{key}.{k}={v!r}")
+            continue
+        if given != getattr(default, k):
+            out.append(f"{key}.{k}={given!r}")
+    return out
 
 
 def describe_errors(exc: ValidationError, model: Optional[type[BaseModel]] = None, recipe: str = "grpo") -> str:

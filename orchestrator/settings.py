@@ -52,13 +52,18 @@ def reward_kinds(data: dict, base: type[BaseModel]) -> frozenset[str]:
     before validation: which stages can run decides which sections the config has. An entry that is
     no mapping is left to validation, which names it."""
     rewards = data.get("rewards", base.model_fields["rewards"].default)
+    spec = base.model_fields["rewards"].annotation.__args__[0]  # RewardSpec
     kinds = set()
     for reward in rewards if isinstance(rewards, list) else ():
-        if hasattr(reward, "kind"):  # a RewardSpec (a config built in code)
+        if isinstance(reward, dict):
+            try:  # as validation will read it (judge: "false" is no judge)
+                reward = spec.model_validate(reward)
+            except ValueError:  # validation names what is wrong with it; RewardSpec.kind's order
+                kinds.add("model" if reward.get("model") is not None else "judge" if reward.get("judge")
+                          else "laser" if reward.get("laser") else "env" if reward.get("env") else "fn")
+                continue
+        if hasattr(reward, "kind"):
             kinds.add(reward.kind)
-        elif isinstance(reward, dict):  # RewardSpec.kind's order
-            kinds.add("model" if reward.get("model") is not None else "judge" if reward.get("judge")
-                      else "laser" if reward.get("laser") else "env" if reward.get("env") else "fn")
     return frozenset(kinds)
 
 

@@ -142,8 +142,11 @@ def render() -> str:
              "against its recipe's sections, so a section another recipe owns is an error naming its owner.", "",
              "A stage's section is in a config only where the stage can run: `judge` with a `judge: true` reward "
              "source, `laser` with a `laser: true` one, `reward_model` with a `model:` one (`Stage.rewards`). "
-             "Set without one, it is an error naming the key (a section holding only defaults, as a run's "
-             "config.yaml saved before this rule has, is dropped).", "",
+             "Set without one, it is an error naming the key; `judge: null` (`judge=null` on the command line) "
+             "drops a section, also one a `base:` brings, and a section holding only defaults, as a run's "
+             "config.yaml saved before this rule has, is dropped quietly. A recipe that reads such a section "
+             "without that reward source owns it (the table's second column: `spark`'s `judge`, `prime`'s "
+             "`reward_model`, ...) and reads only the keys it needs of it.", "",
              "## Sections every run has", ""]
     section(Config, "", lines)
     lines += ["## Sections recipes and stages own", ""]

@@ -50,9 +50,19 @@ def test_a_stage_section_set_without_its_reward_source_is_named() -> None:
             load_config("grpo_addition", [override])
         key, _, value = override.partition("=")
         section = key.split(".")[0]
-        assert (f"section {section!r} sets {key}={float(value) if '.' in value else int(value)!r}, but it is read "
-                f"only with a {kind} reward source") in str(err.value)
-        assert "this config's rewards lack (their kinds: fn); add one, or remove the section" in str(err.value)
+        assert (f"section {section!r} sets {key}={float(value) if '.' in value else int(value)!r} (on the command "
+                f"line), but it is read only with a {kind} reward source") in str(err.value)
+        assert "this config's rewards lack (their kinds: fn); add one, or drop the section" in str(err.value)
+    with pytest.raises(ConfigError) as err:  # from a file, the value as read, no such key named
+        validate_config({"recipe": "grpo", "laser": {"beta": 0.25, "bogus": 3, "mse_weight": "2"}})
+    assert "sets laser.bogus=3 (no such key), laser.mse_weight=2.0, but" in str(err.value)  # beta=0.25: a default
+    # a shipped recipe's section, dropped for a verifier-only baseline: `judge=null`, as the message says
+    with pytest.raises(ConfigError, match=r"judge.warmup_steps=300, but .* or drop the section \(judge=null"):
+        load_config("self_judged_grpo", ["rewards=[{name: correct, fn: integer_match}]"])
+    cfg = load_config("self_judged_grpo", ["rewards=[{name: correct, fn: integer_match}]", "judge=null"])
+    assert "judge" not in type(cfg).model_fields
+    with pytest.raises(ConfigError, match="judge.warmup_steps=5 .on the command line"):  # validation's reading
+        load_config(None, ['rewards=[{name: ok, fn: integer_match}, {name: j, fn: integer_match, judge: "false", weight: 0}]', "judge.warmup_steps=5"])
     with pytest.raises(ConfigError) as err:  # a recipe that owns the section names what it lacks itself
         load_config("cooper", ["rewards=[{name: correct, fn: integer_match}]", "aggregate={}"])
     assert "recipe cooper needs a reward model among rewards" in str(err.value)
