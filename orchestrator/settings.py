@@ -58,10 +58,8 @@ def reward_kinds(data: dict, base: type[BaseModel]) -> frozenset[str]:
         if isinstance(reward, dict):
             try:  # as validation will read it (judge: "false" is no judge)
                 reward = spec.model_validate(reward)
-            except ValueError:  # validation names what is wrong with it; RewardSpec.kind's order
-                kinds.add("model" if reward.get("model") is not None else "judge" if reward.get("judge")
-                          else "laser" if reward.get("laser") else "env" if reward.get("env") else "fn")
-                continue
+            except ValueError:  # validation names what is wrong with it; its kind as written
+                reward = spec.model_construct(**reward)
         if hasattr(reward, "kind"):
             kinds.add(reward.kind)
     return frozenset(kinds)
