@@ -192,6 +192,7 @@ class IterationSource(BatchSource):
         seq0 = 10_000 * (self.iteration + 1)  # names: iteration-scoped, the same on a resumed run
         samples = await self._sample_and_judge(prompts, seq0)
         scores = self._scores(samples)
+        judge_errors = int(np.isnan(scores).sum())  # the judge's unparsed verdicts, before labels or the guard
         groups = B.group_index(samples)
         guard = {}
         if cfg.labels:
@@ -228,7 +229,7 @@ class IterationSource(BatchSource):
         self.iteration_info.update(guard)
         valid = scores[~np.isnan(scores)]
         self.iteration_info.update({"iter/index": self.iteration, "iter/judge_mean": float(valid.mean()) if len(valid) else None,
-                                    "iter/judge_errors": int(np.isnan(scores).sum()),
+                                    "iter/judge_errors": judge_errors,
                                     "iter/margin_mean": float(np.mean(scores[chosen] - scores[rejected])) if len(chosen) else None})
         self.counts["samples/dispatched"] += samples.num_rows
         self.phase, self.epoch, self.position = "train", 0, 0
