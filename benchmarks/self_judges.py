@@ -204,6 +204,10 @@ def main() -> None:
     parser.add_argument("--judge-task-fraction", type=float, default=0.5,
                         help="judge.warmup_task_fraction: the share of each judging warm-up batch that rehearses the "
                              "policy's own greedy answers (0.75 keeps the policy's accuracy where it was, --gap)")
+    parser.add_argument("--guard", type=float, default=0.6,
+                        help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
+                             "self_judged_grpo, spc and self_rewarding guard at 0.8, set for addition's weak judges, "
+                             "which on sorting drops a good judge on a quarter of the steps (results: _lr5e5_sjg08)")
     parser.add_argument("--laser-warmup", type=int, default=300, help="laser.warmup_steps")
     parser.add_argument("--rm-warmup", type=int, default=60, help="reward_model.warmup_steps (cooper)")
     parser.add_argument("--threads", type=int, default=1, help="train.threads")
@@ -258,7 +262,8 @@ def main() -> None:
                 if not args.gap and any(r["seed"] == seed for r in runs.get(f"{fraction}/{label}", [])):
                     continue  # --resume: measured already
                 try:
-                    run = coevo(config, [*base, *overrides, *CREDIT[credit], *args.extra], work / tag,
+                    guard = [] if recipe == "grpo" or args.guard is None else [f"judge_credit.min_auroc={args.guard}"]
+                    run = coevo(config, [*base, *overrides, *guard, *CREDIT[credit], *args.extra], work / tag,
                                 work / f"{tag}.log")
                 except RuntimeError as e:  # one failed recipe does not end the comparison
                     log = (work / f"{tag}.log").read_text(errors="replace")[-3000:]
@@ -280,7 +285,7 @@ def main() -> None:
     summary = write_summary("self_judges", name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
         f"{args.prompts} prompts x 8, eval every {args.eval_every}, {args.eval_prompts} judge eval prompts; warm-ups: judge "
-        f"{args.judge_warmup} (task share {args.judge_task_fraction}), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; credit {args.credit} "
+        f"{args.judge_warmup} (task share {args.judge_task_fraction}), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; guard {args.guard}; credit {args.credit} "
         f"(every variant for {args.ablate or 'no recipe'}); "
         f"overrides {args.extra or 'none'}"))
     print(f"\nraw results: {out}\nsummary: {summary}")
