@@ -69,3 +69,17 @@ def test_the_example_recipe_trains_end_to_end_and_checkpoints_by_time(ray_env, w
     assert any(m["train/advantage_abs_mean"] > 0 and m["train/grad_norm"] > 0 for m in steps), steps
     kept = sorted(p.name for p in (out_dir / "checkpoints").iterdir())
     assert kept == ["final", "step_2", "step_3"], kept  # one per step by time; keep_checkpoints=2
+
+
+def test_the_self_judged_sorting_example_is_the_measured_scarce_label_setting():
+    """examples/self_judged_sorting.yaml (docs/recipes.md points users to it): self_judged_grpo's
+    recipe and judging warm-up, on sorting, the verifier on a tenth of the prompts and the judge
+    filling the rest, with the guard at 0.6 (the recipe ships 0.8, set for addition's weak judges)."""
+    config = load_config(str(ROOT / "examples" / "self_judged_sorting.yaml"))
+    shipped = load_config("self_judged_grpo")
+    assert config.recipe == shipped.recipe and config.judge.template == shipped.judge.template
+    assert config.data.task == "sorting" and config.verifier.fraction == 0.1
+    assert [r.name for r in config.rewards] == ["sorted", "judge"] and config.accuracy_source() == "sorted"
+    assert config.aggregate["fill"] == {"sorted": "judge"}
+    assert config.judge.warmup_steps == 200 and config.judge.warmup_task == "own"
+    assert config.judge_credit.min_auroc == 0.6 < shipped.judge_credit.min_auroc
