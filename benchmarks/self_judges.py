@@ -262,7 +262,7 @@ def main() -> None:
                 if not args.gap and any(r["seed"] == seed for r in runs.get(f"{fraction}/{label}", [])):
                     continue  # --resume: measured already
                 try:
-                    guard = [] if recipe == "grpo" or args.guard is None else [f"judge_credit.min_auroc={args.guard}"]
+                    guard = [] if recipe == "grpo" else [f"judge_credit.min_auroc={args.guard}"]
                     run = coevo(config, [*base, *overrides, *guard, *CREDIT[credit], *args.extra], work / tag,
                                 work / f"{tag}.log")
                 except RuntimeError as e:  # one failed recipe does not end the comparison
