@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from actors.algorithms import ADVANTAGES, KL_ESTIMATORS, OFF_POLICY, POLICY_LOSSES
-from actors.algorithms.advantages import (combine_advantages, dr_grpo, group_stats, grpo, process_advantages,
-                                          psr, rloo)
+from actors.algorithms.advantages import (combine_advantages, dr_grpo, group_stats, grpo, grpo_bernoulli,
+                                          process_advantages, psr, rloo)
 from actors.algorithms.losses import (corrected, decoupled_ppo, kl_k1, kl_k2, kl_k3, no_correction, ppo_clip,
                                      truncated_is)
 
@@ -62,7 +62,32 @@ def test_psr_hand_computed():
     assert close(graded, [0.0, 0.0, 0.3 / 0.3])
 
 
-@pytest.mark.parametrize("name, expected", [("grpo", GRPO), ("dr_grpo", DR_GRPO), ("rloo", RLOO), ("psr", PSR)])
+def test_grpo_bernoulli_is_grpo_on_labels():
+    """On 0/1 rewards the std of 0/1 outcomes with the group's mean is the group's own: GRPO exactly."""
+    assert close(grpo_bernoulli(REWARDS, GROUPS, eps=EPS), GRPO)
+    assert close(ADVANTAGES.get("grpo_bernoulli")(REWARDS, GROUPS), GRPO)
+
+
+def test_grpo_bernoulli_shrinks_an_unsure_judge():
+    """Probabilities near their mean (an unsure judge) get small advantages, where GRPO scales the same
+    spread up to unit size; probabilities near 0 and 1 (a sure judge) get nearly GRPO's."""
+    groups = torch.tensor([0, 0, 0, 0])
+    unsure = torch.tensor([0.45, 0.55, 0.45, 0.55])
+    # by hand: mean 0.5, sqrt(0.25 * 4 / 3) = 0.57735; the deviations are +-0.05
+    assert close(grpo_bernoulli(unsure, groups, eps=0.0), [-0.05 / 0.57735, 0.05 / 0.57735] * 2, tol=1e-4)
+    assert grpo(unsure, groups).abs().min() > 0.8  # GRPO: +-0.866, the noise at unit size
+    sure = torch.tensor([0.02, 0.98, 0.02, 0.98])
+    assert torch.allclose(grpo_bernoulli(sure, groups), grpo(sure, groups), rtol=0.05)
+
+
+@pytest.mark.parametrize("bad", [[1.5, 0.0], [-0.2, 0.3]])
+def test_grpo_bernoulli_rejects_rewards_outside_unit_interval(bad):
+    with pytest.raises(ValueError, match=r"grpo_bernoulli needs rewards in \[0, 1\]"):
+        grpo_bernoulli(torch.tensor(bad), torch.tensor([0, 0]))
+
+
+@pytest.mark.parametrize("name, expected", [("grpo", GRPO), ("dr_grpo", DR_GRPO), ("rloo", RLOO), ("psr", PSR),
+                                            ("grpo_bernoulli", GRPO)])
 def test_interleaved_groups(name, expected):
     """Group membership comes from `groups`, not from row order."""
     perm = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])
@@ -70,7 +95,7 @@ def test_interleaved_groups(name, expected):
     assert close(adv, [expected[i] for i in perm.tolist()])
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "psr"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "psr", "grpo_bernoulli"])
 def test_equal_rewards_give_zero_advantage(name):
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
@@ -80,7 +105,7 @@ def test_equal_rewards_give_zero_advantage(name):
     assert adv[3:].abs().sum() > 0  # the mixed group still learns
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "psr"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "psr", "grpo_bernoulli"])
 def test_singleton_group_is_finite(name):
     adv = ADVANTAGES.get(name)(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 1, 1]))
     assert torch.all(torch.isfinite(adv))

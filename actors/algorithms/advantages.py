@@ -37,6 +37,26 @@ def grpo(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torc
     return (rewards - mean) / (std + eps)
 
 
+@ADVANTAGES.register("grpo_bernoulli")
+@group_relative
+def grpo_bernoulli(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """GRPO for rewards that are probabilities of being right (a verifier's 0/1, a calibrated
+    judge's P(correct)): (r - mean_group) / (s_group + eps), where s is the std that 0/1 outcomes
+    with the group's mean would have, sqrt(mean (1 - mean) n / (n - 1)). On 0/1 rewards that is the
+    group's own (unbiased) std, so this is GRPO exactly; on probabilities it is larger than their
+    spread (Var(p) <= mean (1 - mean) for p in [0, 1]), so an unsure judge whose values sit near
+    their mean gets small advantages and a sure one (values near 0 and 1) GRPO's unit-size ones.
+    GRPO's own std would scale any spread, noise or not, up to unit size (issue 32: rewards from a
+    judge carry their confidence). Rewards outside [0, 1] have no such std: an error."""
+    if len(rewards) and (float(rewards.min()) < 0 or float(rewards.max()) > 1):
+        raise ValueError(f"grpo_bernoulli needs rewards in [0, 1] (0/1 labels or probabilities); got values in "
+                         f"[{float(rewards.min()):.4g}, {float(rewards.max()):.4g}]: use grpo or dr_grpo, or rewards "
+                         "that are probabilities (judge_credit.confidence: calibrated or gated)")
+    mean, _, size = group_stats(rewards, groups)
+    std = torch.sqrt((mean * (1 - mean)).clamp(min=0) * size / (size - 1).clamp(min=1))
+    return (rewards - mean) / (std + eps)
+
+
 @ADVANTAGES.register("psr")
 @group_relative
 def psr(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
