@@ -36,10 +36,10 @@ class Outcome:
     """One advantage per row from its scalar reward and its group (`algorithm.advantage`: grpo,
     rloo, ...), the same on every response token."""
 
-    def __init__(self, config):
+    def __init__(self, config, name: str | None = None):
         from actors.algorithms import ADVANTAGES
 
-        self.name = config.algorithm.advantage
+        self.name = name or config.algorithm.advantage
         self.estimator = ADVANTAGES.get(self.name)
         self.config = config
 

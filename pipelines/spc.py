@@ -32,7 +32,7 @@ from actors.judging import render, verdict_logprobs
 from actors.learner import Learner
 from orchestrator.channels import Channel
 from orchestrator.config import Section, template_fields
-from orchestrator.credit import Credit
+from orchestrator.credit import Credit, Outcome
 from orchestrator.evaluation import auroc, labelled_scores
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
@@ -295,7 +295,14 @@ class SPC(GRPO):
         return {f"sneaky/{k}": v for k, v in metrics.items() if k.startswith(keep)}
 
 
+# the game's reward is a win or a loss (+1 / -1), not a probability: grpo_bernoulli (GRPO for rewards
+# in [0, 1]) is GRPO on any two-valued outcome, so the sneaky learner uses GRPO itself
+BERNOULLI_OUTCOME = {"grpo_bernoulli": "grpo"}
+
+
 def sneaky_credit(config) -> Credit:
     """The sneaky generator's reward is the game's alone (`reward.game`, weight 1), not the run's
-    sources; it keeps no state across steps (no running statistics), so the checkpoint needs none."""
-    return Credit(config, aggregate={"weights": {GAME: 1.0}}, sources=[GAME])
+    sources, with the run's estimator (GRPO for grpo_bernoulli); it keeps no state across steps (no
+    running statistics), so the checkpoint needs none."""
+    return Credit(config, aggregate={"weights": {GAME: 1.0}}, sources=[GAME],
+                  advantages=Outcome(config, BERNOULLI_OUTCOME.get(config.algorithm.advantage)))

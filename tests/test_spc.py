@@ -114,6 +114,22 @@ def test_the_sneaky_learner_trains_on_the_game_reward_only():
     assert any(not torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
 
 
+def test_the_sneaky_game_under_grpo_bernoulli_is_grpo():
+    """The game's +1 / -1 is an outcome, not a probability: with the policy on grpo_bernoulli (GRPO for
+    rewards in [0, 1], which rejects -1) the sneaky learner's credit step is GRPO's exactly."""
+    game = np.array([1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0], np.float32)
+    config = load_config("spc", [*TINY, "rollout.max_new_tokens=3"])
+    prompts = arithmetic(1, ["+"], eval_size=10, seed=0).train.slice(0, 2)
+    variants, _ = Generator(config, None).generate(prompts, n=4, seq=0)
+    table = variants.append_column(B.REWARD_PREFIX + GAME, pa.array(game))
+    advantages = {}
+    for name in ("grpo", "grpo_bernoulli"):
+        config = load_config("spc", [*TINY, "rollout.max_new_tokens=3", f"algorithm.advantage={name}"])
+        out, _ = sneaky_credit(config).apply(table)
+        advantages[name] = [a[0] for a in out.column("advantages").to_pylist()]
+    assert advantages["grpo_bernoulli"] == pytest.approx(advantages["grpo"]) and any(advantages["grpo"])
+
+
 @pytest.mark.long
 @pytest.mark.slow
 def test_spc_plays_the_game_and_resumes_both_players(ray_env, warm_cache, tmp_path) -> None:
