@@ -50,8 +50,9 @@ def grpo_bernoulli(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-
     judge carry their confidence). Rewards outside [0, 1] have no such std: an error."""
     if len(rewards) and (float(rewards.min()) < 0 or float(rewards.max()) > 1):
         raise ValueError(f"grpo_bernoulli needs rewards in [0, 1] (0/1 labels or probabilities); got values in "
-                         f"[{float(rewards.min()):.4g}, {float(rewards.max()):.4g}]: use grpo or dr_grpo, or rewards "
-                         "that are probabilities (judge_credit.confidence: calibrated or gated)")
+                         f"[{float(rewards.min()):.4g}, {float(rewards.max()):.4g}] (the aggregated reward: the sources' "
+                         "weights, penalties and normalisation set its range): use grpo or dr_grpo, or rewards that "
+                         "are probabilities (judge_credit.confidence: calibrated or gated)")
     mean, _, size = group_stats(rewards, groups)
     std = torch.sqrt((mean * (1 - mean)).clamp(min=0) * size / (size - 1).clamp(min=1))
     return (rewards - mean) / (std + eps)
