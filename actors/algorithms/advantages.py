@@ -48,9 +48,10 @@ def grpo_bernoulli(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-
     their mean gets small advantages and a sure one (values near 0 and 1) GRPO's unit-size ones.
     GRPO's own std would scale any spread, noise or not, up to unit size (issue 32: rewards from a
     judge carry their confidence). Rewards outside [0, 1] have no such std: an error."""
-    if len(rewards) and (float(rewards.min()) < 0 or float(rewards.max()) > 1):
+    lo, hi = (float(rewards.min()), float(rewards.max())) if len(rewards) else (0.0, 1.0)
+    if lo < 0 or hi > 1:
         raise ValueError(f"grpo_bernoulli needs rewards in [0, 1] (0/1 labels or probabilities); got values in "
-                         f"[{float(rewards.min()):.4g}, {float(rewards.max()):.4g}] (the aggregated reward: the sources' "
+                         f"[{lo:.4g}, {hi:.4g}] (the aggregated reward: the sources' "
                          "weights, penalties and normalisation set its range): use grpo or dr_grpo, or rewards that "
                          "are probabilities (judge_credit.confidence: calibrated or gated)")
     mean, _, size = group_stats(rewards, groups)
