@@ -74,7 +74,8 @@ def test_the_example_recipe_trains_end_to_end_and_checkpoints_by_time(ray_env, w
 def test_the_self_judged_sorting_example_is_the_measured_scarce_label_setting():
     """examples/self_judged_sorting.yaml (docs/recipes.md points users to it): self_judged_grpo's
     recipe and judging warm-up, on sorting, the verifier on a tenth of the prompts and the judge
-    filling the rest, with the guard at 0.6 (the recipe ships 0.8, set for addition's weak judges)."""
+    filling the rest, with the guard at 0.6 (the recipe ships 0.8, set for addition's weak judges),
+    gated credit, `grpo_bernoulli` and lr 1e-4 (the rate at which it measured best)."""
     config = load_config(str(ROOT / "examples" / "self_judged_sorting.yaml"))
     shipped = load_config("self_judged_grpo")
     assert config.recipe == shipped.recipe and config.judge.template == shipped.judge.template
@@ -83,3 +84,5 @@ def test_the_self_judged_sorting_example_is_the_measured_scarce_label_setting():
     assert config.aggregate["fill"] == {"sorted": "judge"}
     assert config.judge.warmup_steps == 200 and config.judge.warmup_task == "own"
     assert config.judge_credit.min_auroc == 0.6 < shipped.judge_credit.min_auroc
+    assert config.judge_credit.confidence == "gated"
+    assert config.algorithm.advantage == "grpo_bernoulli" and config.algorithm.lr == 1.0e-4
