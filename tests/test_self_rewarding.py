@@ -14,6 +14,7 @@ import pytest
 
 from actors.judging import parse_scores
 from coevo_cli import coevo, read_metrics, small
+from orchestrator.config import load_config
 from pipelines.self_rewarding import kendall_consistency
 
 
@@ -49,6 +50,13 @@ def test_cream_consistency_is_kendalls_tau_in_zero_one():
     assert kendall_consistency(a, a) == 1.0
     assert kendall_consistency(a, -a) == 0.0
     assert kendall_consistency(a, np.array([0.5, 0.5, 0.5])) == 0.5  # no comparable pair
+
+
+def test_the_shipped_self_rewarding_recipe_adds_iterative_rpos_nll():
+    """pipelines/self_rewarding.yaml ships Iterative RPO's NLL on the chosen responses at the paper's
+    weight (with DPO alone one shipped seed ended below its start; docs/recipes.md)."""
+    config = load_config("self_rewarding")
+    assert config.iterations.nll_weight == 1.0 and config.iterations.loss == "dpo"
 
 
 @pytest.mark.slow
