@@ -24,8 +24,8 @@ rewards enter the advantage, orchestrator/judge_credit.py):
   spc               + the SPC critic (judging warm-up; trained on the game and the policy's labelled errors)
 
 Judging warm-ups see only the labelled prompts, and their task share repeats the policy's own greedy
-answers (`judge.warmup_task=own`), so no warm-up teaches the task: each recipe's warm start (after
-its warm-ups) is reported beside the SFT warm start. `--gap` measures the verification gap alone:
+answers (`judge.warmup_task=own`; `--judge-task own_samples`: its sampled answers), so no warm-up
+teaches the task: each recipe's warm start (after its warm-ups) is reported beside the SFT warm start. `--gap` measures the verification gap alone:
 the judge's held-out AUROC after its warm-up against the policy's held-out accuracy, at equal
 labelled data. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every
 run); the tables go to their section of benchmarks/results/self_judges.md.
@@ -65,7 +65,7 @@ JUDGES = ("self_judged_grpo", "spark", "spc", "self_rewarding")  # the recipes w
 def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
     """recipe -> (config file, overrides) in the scarce-label regime, `v` the task's verifier."""
     judge = f"rewards=[{{name: {v}}}, {{name: judge, judge: true, weight: 0}}]"
-    warm = [f"judge.warmup_steps={args.judge_warmup}", "judge.warmup_task=own",
+    warm = [f"judge.warmup_steps={args.judge_warmup}", f"judge.warmup_task={args.judge_task}",
             f"judge.warmup_task_fraction={args.judge_task_fraction}"]
     return {
         "grpo": ("grpo_addition", [f"rewards=[{{name: {v}}}]"]),
@@ -204,6 +204,9 @@ def main() -> None:
     parser.add_argument("--judge-task-fraction", type=float, default=0.5,
                         help="judge.warmup_task_fraction: the share of each judging warm-up batch that rehearses the "
                              "policy's own greedy answers (0.75 keeps the policy's accuracy where it was, --gap)")
+    parser.add_argument("--judge-task", choices=["own", "own_samples"], default="own",
+                        help="judge.warmup_task: what the task share rehearses, the policy's greedy answers (own) or "
+                             "its sampled ones (own_samples, which keep its distribution)")
     parser.add_argument("--guard", type=float, default=0.6,
                         help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
                              "self_judged_grpo, spc and self_rewarding guard at 0.8, set for addition's weak judges, "
