@@ -29,10 +29,13 @@ class Generator:
     weights of the last version it was sent, and stamps that version on every row."""
 
     def __init__(self, config, model_source: str | None, role: dict | None = None,
-                 judging: JudgingSpec | None = None, laser: LaserSpec | None = None):
+                 judging: JudgingSpec | None = None, laser: LaserSpec | None = None,
+                 judge_vector: str | None = None):
         """`judging`: how `judge` scores (None: this generator judges nothing); `laser`: return LaSeR's
         `laser_logprob` with every sample (None: not). Both are role arguments its recipe builds
-        (orchestrator.recipes.Recipe.generator_args), so the generator reads no recipe's section."""
+        (orchestrator.recipes.Recipe.generator_args), so the generator reads no recipe's section.
+        `judge_vector`: a judge apart from the policy (actors/judge_vector.py), added to every
+        version this replica loads."""
         from actors import modeling
         from actors.generation import BACKENDS
         from actors.runtime import setup_torch
@@ -70,6 +73,15 @@ class Generator:
             from actors.envs.rollout import EpisodeRollouts
             self.episodes = EpisodeRollouts(config, self.backend, context)
         self.judging = judging
+        self.judge_vector = None
+        if judge_vector is not None:
+            from actors import judge_vector as jv
+
+            if not hasattr(self.backend, "model"):
+                raise ValueError(f"judge.separate: the judge pool's backend {config.rollout.backend!r} cannot add a "
+                                 "judge vector to the weights it loads; use rollout.backend=hf")
+            self.judge_vector = jv.load(judge_vector)
+            jv.add(self.backend.model, self.judge_vector)
         self.laser_token = None if laser is None else laser.token_id(tokenizer)
         self.seed = config.seed
         self.version = 0
@@ -114,6 +126,7 @@ class Generator:
     def update_weights(self, version: int, payload: dict) -> int:
         self._wake()  # first: vLLM loads into the memory wake_up gives back
         self.backend.load_weights(payload, version)
+        self._judge_apart()
         self.version, self.weights_lost = version, False
         return version
 
@@ -121,8 +134,16 @@ class Generator:
         """Take `version` from the channel's collective broadcast; all or nothing, like update_weights."""
         self._wake()
         self.backend.receive_weights(self.weights_endpoint, link, rank, version, join)
+        self._judge_apart()
         self.version, self.weights_lost = version, False
         return version
+
+    def _judge_apart(self) -> None:
+        """A judge apart from the policy: the version just loaded plus the judge vector."""
+        if self.judge_vector is not None:
+            from actors import judge_vector as jv
+
+            jv.add(self.backend.model, self.judge_vector)
 
     def update_weights_from(self, path: str, version: int) -> int:
         """Load a saved model directory (an iteration's snapshot) as weights `version`."""

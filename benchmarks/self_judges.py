@@ -67,13 +67,15 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
     judge = f"rewards=[{{name: {v}}}, {{name: judge, judge: true, weight: 0}}]"
     warm = [f"judge.warmup_steps={args.judge_warmup}", f"judge.warmup_task={args.judge_task}",
             f"judge.warmup_task_fraction={args.judge_task_fraction}"]
+    # --judge-separate: the judge apart from the policy (judge.separate), where the recipe allows it
+    shared, warm = warm, warm + (["judge.separate=true"] if args.judge_separate else [])
     return {
         "grpo": ("grpo_addition", [f"rewards=[{{name: {v}}}]"]),
         "self_judged_grpo": ("self_judged_grpo", [judge, f"aggregate.fill={{{v}: judge}}", f"verifier.accuracy_source={v}",
                                                   *warm]),
         # the control: self_judged_grpo's judging warm-up, then GRPO on the labelled prompts alone
         "grpo_after_judge_warmup": ("self_judged_grpo", [judge, f"verifier.accuracy_source={v}", *warm]),
-        "spark": ("spark", [judge, f"aggregate.fill={{{v}: judge}}", *warm, f"spark.eval_prompts={args.eval_prompts}"]),
+        "spark": ("spark", [judge, f"aggregate.fill={{{v}: judge}}", *shared, f"spark.eval_prompts={args.eval_prompts}"]),
         "laser": ("laser", [f"rewards=[{{name: {v}}}, {{name: self, laser: true, weight: 0}}]",
                             f"aggregate.fill={{{v}: self}}", f"verifier.accuracy_source={v}",
                             f"laser.warmup_steps={args.laser_warmup}", "laser.warmup_nll_on=all",
@@ -81,7 +83,7 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
         "cooper": ("cooper", [f"rewards=[{{name: {v}}}, {{name: rm, model: auto, weight: 0}}]",
                               f"aggregate.fill={{{v}: rm}}", f"verifier.accuracy_source={v}",
                               f"reward_model.warmup_steps={args.rm_warmup}"]),
-        "self_rewarding": ("self_rewarding", [judge, f"verifier.accuracy_source={v}", "iterations.labels=true", *warm,
+        "self_rewarding": ("self_rewarding", [judge, f"verifier.accuracy_source={v}", "iterations.labels=true", *shared,
                                               f"iterations.prompts={args.prompts * args.steps // 3}", "iterations.iterations=3",
                                               "train.max_steps=100000"]),
         "spc": ("spc", [f"rewards=[{{name: {v}}}, {{name: critic, judge: true, weight: 0}}]",
@@ -207,6 +209,9 @@ def main() -> None:
     parser.add_argument("--judge-task", choices=["own", "own_samples"], default="own",
                         help="judge.warmup_task: what the task share rehearses, the policy's greedy answers (own) or "
                              "its sampled ones (own_samples, which keep its distribution)")
+    parser.add_argument("--judge-separate", action="store_true",
+                        help="judge.separate for self_judged_grpo, its control and spc: the judging warm-up trains a "
+                             "judge apart, and the policy starts RL where the SFT warm-up left it")
     parser.add_argument("--guard", type=float, default=0.6,
                         help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
                              "self_judged_grpo, spc and self_rewarding guard at 0.8, set for addition's weak judges, "

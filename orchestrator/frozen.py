@@ -29,11 +29,13 @@ def link_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=link, dirs_exist_ok=True)
 
 
-def freeze(run_dir: Path, policy: str | None, reward_models: dict[str, str]) -> dict:
+def freeze(run_dir: Path, policy: str | None, reward_models: dict[str, str], judge_vector: str | None = None) -> dict:
     """Copy the frozen models into the run; returns their index ({"policy": rel | None,
-    "reward_models": {name: rel}}), paths relative to the run directory or a checkpoint."""
-    index: dict = {"policy": None, "reward_models": {}}
+    "reward_models": {name: rel}, "judge_vector": rel | None}), paths relative to the run directory
+    or a checkpoint."""
+    index: dict = {"policy": None, "reward_models": {}, "judge_vector": None}
     wanted = ([("policy", policy)] if policy else []) + [(f"reward_models/{n}", p) for n, p in reward_models.items()]
+    wanted += [("judge_vector", judge_vector)] if judge_vector else []
     for rel, src in wanted:
         dst = run_dir / FROZEN / rel
         if not dst.is_dir():
@@ -41,8 +43,8 @@ def freeze(run_dir: Path, policy: str | None, reward_models: dict[str, str]) -> 
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("run", "*.tmp"))  # not a cache's own run
             os.replace(tmp, dst)
-        if rel == "policy":
-            index["policy"] = f"{FROZEN}/{rel}"
+        if rel in ("policy", "judge_vector"):
+            index[rel] = f"{FROZEN}/{rel}"
         else:
             index["reward_models"][rel.split("/", 1)[1]] = f"{FROZEN}/{rel}"
     return index
@@ -50,7 +52,7 @@ def freeze(run_dir: Path, policy: str | None, reward_models: dict[str, str]) -> 
 
 def into_checkpoint(tmp: Path, run_dir: Path, index: dict, learners: list[str]) -> None:
     """Link the run's frozen models and the learners' references into a checkpoint being written."""
-    for rel in [index.get("policy"), *index.get("reward_models", {}).values()]:
+    for rel in [index.get("policy"), index.get("judge_vector"), *index.get("reward_models", {}).values()]:
         if rel:
             if not (run_dir / rel / "config.json").is_file():
                 raise FileNotFoundError(f"checkpoint: the run's frozen model {run_dir / rel} is gone (deleted "
@@ -69,7 +71,7 @@ def from_checkpoint(ckpt: Path, run_dir: Path, state: dict, learners: list[str])
     index = state.get("frozen")
     if index is None:  # older layout: sources by path (they must still exist)
         return state.get("policy_source"), dict(state.get("reward_models", {}))
-    for rel in [index.get("policy"), *index.get("reward_models", {}).values()]:
+    for rel in [index.get("policy"), index.get("judge_vector"), *index.get("reward_models", {}).values()]:
         if rel:
             _restore_dir(ckpt / rel, run_dir / rel)
     for role in learners:

@@ -40,6 +40,8 @@ class Sources:
     reward_models: dict[str, str] = field(default_factory=dict)  # reward source name -> directory
     learners: dict[str, str] = field(default_factory=dict)  # learner role -> checkpoint dir on resume
     references: dict[str, str] = field(default_factory=dict)  # learner role -> its saved frozen reference
+    judge: str | None = None  # judge.separate: the judge-warmed model (where a judge learner starts)
+    judge_vector: str | None = None  # judge.separate: what the judge adds to the policy (actors/judge_vector.py)
 
 
 class Recipe:
@@ -47,6 +49,7 @@ class Recipe:
 
     name = "recipe"
     policy = True  # trains the policy (and so needs the SFT warm-up)
+    separate_judge = False  # can judge apart from the policy (judge.separate: a judge pool of its own)
     stage_names: tuple[str, ...] = DEFAULT  # registered stages (orchestrator.stages), in order
     # Config sections this recipe owns: name -> pydantic model (orchestrator.settings). Its stages'
     # sections come with them; a subclass inherits its bases' sections.

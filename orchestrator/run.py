@@ -96,6 +96,8 @@ class Run:
         policy, reward_models = frozen.from_checkpoint(self.resume_from, self.run_dir, self.state, learners)
         self._frozen = self.state.get("frozen")
         src = Sources(policy=policy, reward_models=reward_models)
+        if (self._frozen or {}).get("judge_vector"):  # judge.separate
+            src.judge_vector = str(self.run_dir / self._frozen["judge_vector"])
         for role in learners:
             if (self.resume_from / role / "config.json").is_file():
                 src.learners[role] = str(self.resume_from / role)
@@ -156,9 +158,11 @@ class Run:
                             {k: v for k, v in warm_info.items() if k.startswith("warm_start/")})
         if not nested and self._frozen is None:  # the run's own copies, stored in every checkpoint
             self._frozen = frozen.freeze(self.run_dir, None if self.recipe.policy else sources.policy,
-                                         sources.reward_models)
+                                         sources.reward_models, sources.judge_vector)
             if self._frozen["policy"]:
                 sources.policy = str(self.run_dir / self._frozen["policy"])
+            if self._frozen["judge_vector"]:
+                sources.judge_vector = str(self.run_dir / self._frozen["judge_vector"])
             sources.reward_models = {n: str(self.run_dir / rel) for n, rel in self._frozen["reward_models"].items()}
         self._policy_source = sources.policy
         self._sources, self._warm_info = sources, warm_info

@@ -41,12 +41,12 @@ class StageDriver:
                 if info is None:
                     cached, path = False, stage.output_dir(cfg, path, run.run_dir)
                     info = await until_stopped(run, self._fresh(stage, path, sources), stage.label)
+                    if stage.borrows and not stage.hands_on(cfg):  # they hold what the run does not start from
+                        self._drop_holders()
                 else:
                     run.progress.print(stage.cached_message(cfg, path, info))
                     if stage.borrows:  # they hold an earlier stage's weights
-                        for role in _HOLDERS:
-                            if role in self.pools:
-                                self.pools.pop(role).shutdown()
+                        self._drop_holders()
             starting, self.starting_s = self.starting_s, 0.0  # its pools' start: the actors' time, not the stage's
             run.session.add("actors", starting)
             run.session.stage(stage.label, time.perf_counter() - started - starting, cached)
@@ -59,6 +59,11 @@ class StageDriver:
             if role in self.pools:
                 self.pools.pop(role).shutdown()
         return self.pools, info_all
+
+    def _drop_holders(self) -> None:
+        for role in _HOLDERS:
+            if role in self.pools:
+                self.pools.pop(role).shutdown()
 
     async def _fresh(self, stage, path, sources) -> dict:
         """Train a stage that is not cached, on the pools it borrows."""

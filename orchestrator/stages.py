@@ -133,6 +133,11 @@ class Stage:
         """Run the stage with the borrowed pools in `ctx`; save to `out_dir` with its marker; the info."""
         raise NotImplementedError
 
+    def hands_on(self, config) -> bool:
+        """Whether the pools it trained go on into the run holding its model (False: they hold weights
+        the run does not start from, and the driver restarts them from the sources)."""
+        return True
+
     def policy_accuracy(self, info: dict) -> float | None:
         """Held-out greedy accuracy of the policy this stage hands on (None: it does not train the
         policy): the warm start the RL loop begins from when this is the last such stage."""

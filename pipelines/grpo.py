@@ -25,6 +25,7 @@ class GRPO(Recipe):
     section, whose `cross_check` holds its rules)."""
 
     name = "grpo"
+    separate_judge = True  # its judge reward reads a judge pool of its own where judge.separate asks
     settings = {"judge_credit": JudgeCreditConfig}  # how learned rewards enter its credit step
 
     @classmethod
@@ -70,9 +71,11 @@ class GRPO(Recipe):
         if config.model_rewards():
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,),
                                              {"template": config.reward_model.template}, kind="scorer", num_cpus=0)
-        if config.judge_rewards() and not config.judge.shared:  # the policy's weights, in a pool of its own
-            roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,), cls.generator_args(config),
-                                      kind="generator", num_cpus=0)
+        if config.judge_rewards() and (not config.judge.shared or config.judge.separate):
+            # the policy's weights in a pool of their own; judge.separate: plus the judge vector
+            apart = {"judge_vector": sources.judge_vector} if config.judge.separate else {}
+            roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,),
+                                      {**cls.generator_args(config), **apart}, kind="generator", num_cpus=0)
         return roles
 
     def channels(self, ctx) -> dict:

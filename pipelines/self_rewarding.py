@@ -287,6 +287,7 @@ class IterationSource(BatchSource):
 
 class SelfRewarding(GRPO):
     name = "self_rewarding"
+    separate_judge = False  # each iteration's policy judges its own pairs on the generators
     settings = {"judge": JudgeConfig, "iterations": IterationsConfig}  # the policy judges its pairs
 
     @classmethod

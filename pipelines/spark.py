@@ -94,6 +94,7 @@ class SparkConfig(Section):
 class Spark(GRPO):
     settings = {"judge": JudgeConfig, "spark": SparkConfig}  # its judge, with or without a judge reward source
     name = "spark"
+    separate_judge = False  # it trains its judge inside the policy
 
     @classmethod
     def extra_objectives(cls, config) -> list[dict]:

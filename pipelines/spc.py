@@ -197,7 +197,8 @@ class SPC(GRPO):
     def roles(cls, config, sources: Sources) -> dict[str, RoleSpec]:
         roles = super().roles(config, sources)
         spc = getattr(config, "spc", None) or SpcConfig()
-        critic = sources.learners.get("critic_learner", sources.policy)
+        # judge.separate: the critic starts from the judging warm-up's model, the policy from its own start
+        critic = sources.learners.get("critic_learner", sources.judge or sources.policy)
         sneaky = sources.learners.get("sneaky_learner", sources.policy)
         args = cls.generator_args(config)
         roles["judge"] = RoleSpec("actors.generator:Generator", (critic,), args, kind="generator", num_cpus=0)

@@ -1,0 +1,131 @@
+"""A judge apart from the policy (`judge.separate`): the judging warm-up's change becomes a judge
+vector that a judge pool adds to every policy version, and the policy starts RL where the warm-up
+found it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from coevo_cli import coevo, read_metrics, small
+
+
+def _seeded(seed: int, hidden_size: int = 32):
+    from actors import modeling
+
+    return modeling.tiny_model(modeling.char_tokenizer(), hidden_size=hidden_size, intermediate_size=64, seed=seed)
+
+
+def test_the_vector_is_the_warm_ups_change_and_adds_onto_any_policy(tmp_path) -> None:
+    from actors import judge_vector
+
+    base, judged, later = _seeded(0), _seeded(1), _seeded(2)
+    base.save_pretrained(tmp_path / "base")
+    judged.save_pretrained(tmp_path / "judged")
+    out = judge_vector.write(tmp_path / "base", tmp_path / "judged", tmp_path / "vec")
+    assert (out / "config.json").is_file() and not list(tmp_path.glob(".vec*"))  # atomic: no leftovers
+    vector = judge_vector.load(out)
+    # the base plus the vector is the judged model
+    judge_vector.add(base, vector)
+    for (n, a), (_, b) in zip(base.named_parameters(), judged.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-6), n
+    # a later policy version gets the same change; tied weights (one parameter) get it once
+    before = {n: p.detach().clone() for n, p in later.named_parameters()}
+    judge_vector.add(later, vector)
+    for n, p in later.named_parameters():
+        assert torch.allclose(p - before[n], vector[n], atol=1e-6), n
+    # a written vector is not rewritten (another run wrote it first)
+    stamp = (out / judge_vector.FILE).stat().st_mtime_ns
+    judge_vector.write(tmp_path / "base", tmp_path / "judged", tmp_path / "vec")
+    assert (out / judge_vector.FILE).stat().st_mtime_ns == stamp
+
+
+def test_a_judge_pool_replica_holds_each_version_plus_the_vector(tmp_path) -> None:
+    """What the judge pool's generator judges with: every version it loads, plus the vector (and a
+    plain replica the version alone)."""
+    from actors import judge_vector, modeling
+    from actors.generator import Generator
+    from actors.weights import export_state
+    from orchestrator.config import validate_config
+
+    cfg = validate_config({"seed": 0, "rollout": {"max_new_tokens": 4}, "rewards": [{"name": "integer_match"}],
+                           "train": {"threads": 1}})
+    base, judged, later = (modeling.build(cfg.model, seed)[0] for seed in (0, 1, 2))
+    base.save_pretrained(tmp_path / "base")
+    judged.save_pretrained(tmp_path / "judged")
+    vec = judge_vector.write(tmp_path / "base", tmp_path / "judged", tmp_path / "vec")
+    apart, plain = Generator(cfg, str(tmp_path / "base"), judge_vector=str(vec)), Generator(cfg, str(tmp_path / "base"))
+    for p, q in zip(apart.backend.model.parameters(), judged.parameters()):  # at start: the judged model
+        assert torch.allclose(p, q, atol=1e-5)
+    vector = judge_vector.load(vec)
+    for version, model in ((1, later), (2, base)):
+        apart.update_weights(version, export_state(model, version))
+        plain.update_weights(version, export_state(model, version))
+        for (n, p), (_, q) in zip(apart.backend.model.named_parameters(), plain.backend.model.named_parameters()):
+            assert torch.allclose(p - q, vector[n], atol=1e-5), (version, n)  # added once, to this version
+
+
+def test_a_vector_of_another_architecture_is_refused(tmp_path) -> None:
+    from actors import judge_vector
+
+    small_model = _seeded(0)
+    small_model.save_pretrained(tmp_path / "a")
+    other = _seeded(0, hidden_size=64)
+    other.save_pretrained(tmp_path / "b")
+    with pytest.raises(ValueError, match="not the same architecture"):
+        judge_vector.write(tmp_path / "a", tmp_path / "b", tmp_path / "vec")
+    judge_vector.write(tmp_path / "a", tmp_path / "a", tmp_path / "vec")
+    with pytest.raises(ValueError, match="do not match the judge's model"):
+        judge_vector.add(other, judge_vector.load(tmp_path / "vec"))
+    with pytest.raises(FileNotFoundError, match="judge vector is missing"):
+        judge_vector.load(tmp_path / "nowhere")
+
+
+def test_separate_needs_a_warm_up_and_a_recipe_that_judges_apart() -> None:
+    from orchestrator.config import ConfigError, load_config
+
+    judged = "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]"
+    with pytest.raises(ConfigError, match=r"judge.separate: true needs a judging warm-up"):
+        load_config(None, [judged, "judge.separate=true"])
+    from orchestrator.recipes import RECIPES
+    from pipelines.stages.judge import JudgeWarmup
+
+    for recipe in ("spark", "self_rewarding"):
+        config = load_config(recipe, [judged.replace("weight: 0}", "}") if recipe == "spark" else judged,
+                                      "judge.separate=true", "judge.warmup_steps=5"])
+        with pytest.raises(ValueError, match=f"judge.separate: recipe '{recipe}' trains or reads its judge inside"):
+            JudgeWarmup().enabled(config, RECIPES.get(recipe))
+    for recipe in ("grpo", "spc"):
+        assert RECIPES.get(recipe).separate_judge
+
+
+@pytest.mark.slow
+def test_self_judged_grpo_with_a_judge_apart_starts_from_the_policy_and_resumes(ray_env, warm_cache, tmp_path) -> None:
+    """The policy starts RL at the SFT warm-up's accuracy (the judging warm-up trained a copy); the
+    judge pool judges with policy + vector; the vector is in every checkpoint and a resume uses it."""
+    run_dir = tmp_path / "run"
+    args = small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
+                 "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=2",
+                 "judge.warmup_steps=4", "judge.warmup_batch_size=8", "judge.separate=true",
+                 "train.eval_every=2", "train.checkpoint_every=1", "train.dump_rollouts=true",
+                 "--output-dir", str(run_dir))
+    coevo(args, ray_env, tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["judge_warmup/separate"] is True
+    # where RL began: the SFT warm-up's model, not the judge-warmed one
+    assert summary["warm_start/stage"] == "warm-up" and summary["warm_start/accuracy"] == summary["warmup/accuracy"]
+    assert (run_dir / "frozen" / "judge_vector" / "judge_vector.safetensors").is_file()
+    assert (run_dir / "checkpoints" / "step_2" / "frozen" / "judge_vector" / "judge_vector.safetensors").is_file()
+    import pandas as pd
+
+    dump = pd.read_parquet(run_dir / "rollouts" / "step_2.parquet")
+    assert dump["reward.judge"].notna().all() and (dump["judge_version"] == dump["policy_version"]).all()
+    # resume: the run directory's own vector (the cache it came from may be gone)
+    import shutil
+
+    shutil.rmtree(warm_cache / ".." / "judges", ignore_errors=True)
+    coevo([*args[:args.index("train.max_steps=2")], "train.max_steps=3",
+           *args[args.index("train.max_steps=2") + 1:], "--resume"], ray_env, tmp_path)
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
