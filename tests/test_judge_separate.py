@@ -89,6 +89,8 @@ def test_separate_needs_a_warm_up_and_a_recipe_that_judges_apart() -> None:
     judged = "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]"
     with pytest.raises(ConfigError, match=r"judge.separate: true needs a judging warm-up"):
         load_config(None, [judged, "judge.separate=true"])
+    with pytest.raises(ConfigError, match=r"judge.separate: true with rollout.backend='vllm'"):
+        load_config(None, [judged, "judge.separate=true", "judge.warmup_steps=5", "rollout.backend=vllm"])
     from orchestrator.recipes import RECIPES
     from pipelines.stages.judge import JudgeWarmup
 

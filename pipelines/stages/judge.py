@@ -58,6 +58,7 @@ class JudgeConfig(Section):
     # fine-tuning on them keeps the policy's distribution, where greedy answers collapse it (measured on
     # sorting: distinct answers in a group of 8 fell from 4.6 to 2.4 after the `own` warm-up)
     warmup_task: Literal["answers", "own", "own_samples"] = "answers"
+    # own_samples: sampled answers per training prompt
     warmup_task_samples: int = Field(4, gt=0)
     # a judge apart from the policy: the judging warm-up trains a copy, and what it changed (the judge
     # vector, actors/judge_vector.py) is added to each policy version in a judge pool of its own; the
@@ -77,6 +78,11 @@ class JudgeConfig(Section):
     @classmethod
     def _fields(cls, v: str) -> str:
         return template_fields(v, "judge.template")
+
+    def cross_check(self, config) -> None:
+        if self.separate and config.rollout.backend != "hf":
+            raise ValueError(f"judge.separate: true with rollout.backend={config.rollout.backend!r}: the judge pool adds "
+                             "the judge vector to each version it loads, which only the hf backend does here")
 
     def generator_args(self, config, args: dict) -> dict:
         """A generator judges (its `judging` role argument) where a reward source is `judge: true`."""
@@ -254,12 +260,13 @@ class JudgeWarmup(PolicyWarmup):
             return super().apply(config, sources, out_dir, info)
         from actors import judge_vector
 
-        if sources.policy is None:
+        base = sources.policy or config.model.path  # the warm-up's start: a stage's output, or the model as given
+        if base is None:
             raise ValueError("judge.separate: the policy has no model directory to measure the judge vector from "
                              "(set model.path or enable the SFT warm-up)")
         vector = Path(out_dir) / "judge_vector"
         if not (vector / judge_vector.FILE).is_file():
-            judge_vector.write(sources.policy, out_dir, vector)
+            judge_vector.write(Path(base).expanduser(), out_dir, vector)
         sources.judge, sources.judge_vector = str(out_dir), str(vector)
         info["judge_warmup/separate"] = True  # policy_accuracy: the RL loop does not start from it
         return info
