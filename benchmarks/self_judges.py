@@ -114,6 +114,8 @@ def start_accuracy(run: dict) -> float | None:
     """The policy's held-out accuracy where RL began (the run's warm start, after its last warm-up),
     else after its judging or LaSeR warm-up, else the SFT warm start."""
     s = run["summary"]
+    if s.get("judge_warmup/separate"):  # the judge apart: the policy starts where it was given
+        return s.get("warm_start/accuracy", run.get("sft_accuracy"))
     for key in ("warm_start/accuracy", "judge_warmup/accuracy_after", "laser_warmup/accuracy_after"):
         if s.get(key) is not None:
             return s[key]

@@ -139,11 +139,11 @@ class IterationSource(BatchSource):
     # ---- collecting pairs ----------------------------------------------------------------------------
     async def _sample_and_judge(self, prompts: pa.Table, seq0: int) -> pa.Table:
         ctx = self.ctx
-        gen = ctx.pools["generator"]
+        gen, judge = ctx.pools["generator"], self._judge_pool()
 
         async def one(i, chunk):
             table, _ = await gen.call("generate", chunk, seq=seq0 + i, versioned=True)
-            judged, _ = await gen.call("judge", table, versioned=True)
+            judged, _ = await judge.call("judge", table, versioned=True)
             if self.cfg.labels:  # the verifier labels the prompts it labels (verifier.fraction)
                 judged, _ = await ctx.pools["verifier"].call("score", judged)
             return judged
@@ -170,12 +170,17 @@ class IterationSource(BatchSource):
 
     async def _judge_with(self, table: pa.Table, model_dir: Path) -> np.ndarray:
         """Judge `table` with an earlier snapshot's weights, then put the current weights back."""
-        gen = self.ctx.pools["generator"]
-        await gen.broadcast("update_weights_from", str(model_dir), gen.version)
-        judged, _ = await gen.call("judge", table)
+        judge = self._judge_pool()
+        await judge.broadcast("update_weights_from", str(model_dir), judge.version)
+        judged, _ = await judge.call("judge", table)
         scores = self._scores(await judged)
-        await gen.set_weights(*await gen.payload())
+        await judge.set_weights(*await judge.payload())
         return scores
+
+    def _judge_pool(self):
+        """Where the policy judges: the generators, or (judge.separate) the judge pool, which adds
+        the judge vector to each version it loads."""
+        return self.ctx.pools.get("judge", self.ctx.pools["generator"])
 
     def _scores(self, table: pa.Table) -> np.ndarray:
         name = self.ctx.config.judge_rewards()[0].name
@@ -254,7 +259,8 @@ class IterationSource(BatchSource):
         chunks = self.ctx.split(prompts, max(1, prompts.num_rows // 32))
         tables = await asyncio.gather(*[one(i, c) for i, c in enumerate(chunks)])
         await gen.set_weights(*await gen.payload())
-        judged = await asyncio.gather(*[gen.call("judge", t) for t in tables])
+        judge = self._judge_pool()
+        judged = await asyncio.gather(*[judge.call("judge", t) for t in tables])
         return B.concat(list(await asyncio.gather(*[t for t, _ in judged])))
 
     async def _refresh_chosen(self) -> None:
@@ -287,7 +293,7 @@ class IterationSource(BatchSource):
 
 class SelfRewarding(GRPO):
     name = "self_rewarding"
-    separate_judge = False  # each iteration's policy judges its own pairs on the generators
+    separate_judge = True  # each iteration's policy judges its pairs: on the generators, or a judge pool apart
     settings = {"judge": JudgeConfig, "iterations": IterationsConfig}  # the policy judges its pairs
 
     @classmethod
@@ -296,7 +302,8 @@ class SelfRewarding(GRPO):
             raise ValueError("recipe self_rewarding needs a judge reward source, e.g. rewards: "
                              "[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]")
         roles = super().roles(config, sources)
-        roles.pop("judge", None)  # the generators judge: one pool holds each iteration's weights
+        if not config.judge.separate:
+            roles.pop("judge", None)  # the generators judge: one pool holds each iteration's weights
         return roles
 
     @classmethod

@@ -94,13 +94,19 @@ def test_separate_needs_a_warm_up_and_a_recipe_that_judges_apart() -> None:
     from orchestrator.recipes import RECIPES
     from pipelines.stages.judge import JudgeWarmup
 
-    for recipe in ("spark", "self_rewarding"):
-        config = load_config(recipe, [judged.replace("weight: 0}", "}") if recipe == "spark" else judged,
-                                      "judge.separate=true", "judge.warmup_steps=5"])
-        with pytest.raises(ValueError, match=f"judge.separate: recipe '{recipe}' trains or reads its judge inside"):
-            JudgeWarmup().enabled(config, RECIPES.get(recipe))
-    for recipe in ("grpo", "spc"):
+    config = load_config("spark", [judged, "judge.separate=true", "judge.warmup_steps=5"])
+    with pytest.raises(ValueError, match="judge.separate: recipe 'spark' trains or reads its judge inside"):
+        JudgeWarmup().enabled(config, RECIPES.get("spark"))
+    for recipe in ("grpo", "spc", "self_rewarding"):
         assert RECIPES.get(recipe).separate_judge
+    # where the judge is apart, the recipe builds a judge pool holding the vector
+    config = load_config("self_rewarding", [judged, "judge.separate=true", "judge.warmup_steps=5"])
+    from orchestrator.recipes import Sources
+
+    roles = RECIPES.get("self_rewarding").roles(config, Sources(policy="p", judge_vector="v"))
+    assert roles["judge"].kwargs["judge_vector"] == "v"
+    shared = load_config("self_rewarding", [judged, "judge.warmup_steps=5"])
+    assert "judge" not in RECIPES.get("self_rewarding").roles(shared, Sources(policy="p"))
 
 
 @pytest.mark.slow
@@ -128,6 +134,25 @@ def test_self_judged_grpo_with_a_judge_apart_starts_from_the_policy_and_resumes(
     import shutil
 
     shutil.rmtree(warm_cache / ".." / "judges", ignore_errors=True)
-    coevo([*args[:args.index("train.max_steps=2")], "train.max_steps=3",
-           *args[args.index("train.max_steps=2") + 1:], "--resume"], ray_env, tmp_path)
+    coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=3"], ray_env, tmp_path)
     assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.long  # ~1 min: the main suite stays near 15 minutes; CI's long stage runs it
+def test_self_rewarding_judges_its_pairs_in_the_pool_apart(ray_env, warm_cache, tmp_path) -> None:
+    """self_rewarding with judge.separate: the policy starts from the SFT warm-up's model and each
+    iteration's pairs are judged by the judge pool (policy + vector), which also takes the snapshots."""
+    run_dir = tmp_path / "sr"
+    out = coevo(small(warm_cache, "recipe=self_rewarding", "rewards=[{name: judge, judge: true}, "
+                      "{name: correct, fn: integer_match, weight: 0}]", "verifier.accuracy_source=correct",
+                      "verifier.fraction=0.5", "iterations.labels=true", "iterations.iterations=2",
+                      "iterations.prompts=16", "iterations.batch_pairs=4", "iterations.cream=weight",
+                      "judge.warmup_steps=4", "judge.warmup_batch_size=8", "judge.separate=true",
+                      "rollout.samples_per_prompt=8", "rollout.temperature=2.0", "train.max_steps=200",
+                      "train.eval_every=100", "--output-dir", str(run_dir)), ray_env, tmp_path, timeout=400)
+    assert "iteration 1:" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["judge_warmup/separate"] is True and summary["warm_start/stage"] == "warm-up"
+    rows = read_metrics(run_dir)
+    assert rows[-1]["iter/index"] == 1 and any(r.get("iter/judge_auroc") is not None for r in rows)
