@@ -83,7 +83,7 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
         "cooper": ("cooper", [f"rewards=[{{name: {v}}}, {{name: rm, model: auto, weight: 0}}]",
                               f"aggregate.fill={{{v}: rm}}", f"verifier.accuracy_source={v}",
                               f"reward_model.warmup_steps={args.rm_warmup}"]),
-        "self_rewarding": ("self_rewarding", [judge, f"verifier.accuracy_source={v}", "iterations.labels=true", *shared,
+        "self_rewarding": ("self_rewarding", [judge, f"verifier.accuracy_source={v}", "iterations.labels=true", *warm,
                                               f"iterations.prompts={args.prompts * args.steps // 3}", "iterations.iterations=3",
                                               "train.max_steps=100000"]),
         "spc": ("spc", [f"rewards=[{{name: {v}}}, {{name: critic, judge: true, weight: 0}}]",
@@ -212,7 +212,7 @@ def main() -> None:
                         help="judge.warmup_task: what the task share rehearses, the policy's greedy answers (own) or "
                              "its sampled ones (own_samples, which keep its distribution)")
     parser.add_argument("--judge-separate", action="store_true",
-                        help="judge.separate for self_judged_grpo, its control and spc: the judging warm-up trains a "
+                        help="judge.separate for every recipe but spark (which trains its judge in the policy): the judging warm-up trains a "
                              "judge apart, and the policy starts RL where the SFT warm-up left it")
     parser.add_argument("--guard", type=float, default=0.6,
                         help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
