@@ -212,8 +212,8 @@ def main() -> None:
                         help="judge.warmup_task: what the task share rehearses, the policy's greedy answers (own) or "
                              "its sampled ones (own_samples, which keep its distribution)")
     parser.add_argument("--judge-separate", action="store_true",
-                        help="judge.separate for every recipe but spark (which trains its judge in the policy): the judging warm-up trains a "
-                             "judge apart, and the policy starts RL where the SFT warm-up left it")
+                        help="judge.separate for every recipe but spark (which trains its judge in the policy): "
+                             "the judging warm-up trains a judge apart, and the policy starts RL where it was")
     parser.add_argument("--guard", type=float, default=0.6,
                         help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
                              "self_judged_grpo, spc and self_rewarding guard at 0.8, set for addition's weak judges, "
