@@ -119,7 +119,8 @@ def test_self_judged_grpo_with_a_judge_apart_starts_from_the_policy_and_resumes(
                  "judge.warmup_steps=4", "judge.warmup_batch_size=8", "judge.separate=true",
                  "train.eval_every=2", "train.checkpoint_every=1", "train.dump_rollouts=true",
                  "--output-dir", str(run_dir))
-    coevo(args, ray_env, tmp_path)
+    out = coevo(args, ray_env, tmp_path)
+    assert "held-out task accuracy" in out and "judge.separate: that was the judge's copy" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["judge_warmup/separate"] is True
     # where RL began: the SFT warm-up's model, not the judge-warmed one
@@ -130,11 +131,15 @@ def test_self_judged_grpo_with_a_judge_apart_starts_from_the_policy_and_resumes(
 
     dump = pd.read_parquet(run_dir / "rollouts" / "step_2.parquet")
     assert dump["reward.judge"].notna().all() and (dump["judge_version"] == dump["policy_version"]).all()
+    # a new run from the cached warm-up says where its policy starts too
+    out = coevo([*args[:-1], str(tmp_path / "again"), "train.max_steps=1"], ray_env, tmp_path)
+    assert "judging warm-up: using cached model" in out and "judge.separate: that was the judge's copy" in out
     # resume: the run directory's own vector (the cache it came from may be gone)
     import shutil
 
     shutil.rmtree(warm_cache / ".." / "judges", ignore_errors=True)
     coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=3"], ray_env, tmp_path)
+
     assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
 
 

@@ -95,6 +95,8 @@ class JudgeConfig(Section):
             "template", "mode", "yes", "no", "samples", "max_new_tokens", "pattern", "scale"}))}
 
 MARKER = "judge_warmup.json"
+APART = ("judge.separate: that was the judge's copy; the policy starts RL where it was, and a judge pool judges "
+         "with it plus the warm-up's change")
 
 
 def cache_path(config, source: str | None) -> Path:
@@ -229,7 +231,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
             "judge_warmup/accuracy_after": accuracy, "judge_warmup/time_s": time.perf_counter() - start}
     ctx.progress.print(f"judging warm-up: agreement {before:.3f} -> {after:.3f}, AUROC {fmt(auc_before)} -> "
                        f"{fmt(auc_after)} after {steps} steps (on the fine-tuned policy's own samples: "
-                       f"{own:.3f}, AUROC {fmt(auc_own)}); held-out task accuracy {accuracy:.3f}")
+                       f"{own:.3f}, AUROC {fmt(auc_own)}); held-out task accuracy {accuracy:.3f}"
+                       + (f"; {APART}" if judge.separate else ""))
     return await save_stage(learner, out_dir, MARKER, info)
 
 
@@ -246,6 +249,10 @@ class JudgeWarmup(PolicyWarmup):
                              "itself; a judge apart works with recipes that judge in a pool of their own (grpo's "
                              "family with a judge reward, spc)")
         return on
+
+    def cached_message(self, config, path: Path, info: dict) -> str:
+        text = super().cached_message(config, path, info)
+        return f"{text}; {APART}" if config.judge.separate else text
 
     def hands_on(self, config) -> bool:
         return not config.judge.separate
