@@ -92,11 +92,9 @@ def test_separate_needs_a_warm_up_and_a_recipe_that_judges_apart() -> None:
     with pytest.raises(ConfigError, match=r"judge.separate: true with rollout.backend='vllm'"):
         load_config(None, [judged, "judge.separate=true", "judge.warmup_steps=5", "rollout.backend=vllm"])
     from orchestrator.recipes import RECIPES
-    from pipelines.stages.judge import JudgeWarmup
 
-    config = load_config("spark", [judged, "judge.separate=true", "judge.warmup_steps=5"])
-    with pytest.raises(ValueError, match="judge.separate: recipe 'spark' trains or reads its judge inside"):
-        JudgeWarmup().enabled(config, RECIPES.get("spark"))
+    with pytest.raises(ConfigError, match="judge.separate: recipe 'spark' trains or reads its judge inside"):
+        load_config("spark", [judged, "judge.separate=true", "judge.warmup_steps=5"])
     for recipe in ("grpo", "spc", "self_rewarding"):
         assert RECIPES.get(recipe).separate_judge
     # where the judge is apart, the recipe builds a judge pool holding the vector

@@ -80,6 +80,12 @@ class JudgeConfig(Section):
         return template_fields(v, "judge.template")
 
     def cross_check(self, config) -> None:
+        from orchestrator.recipes import RECIPES
+
+        if self.separate and not RECIPES.get(config.recipe).separate_judge:
+            raise ValueError(f"judge.separate: recipe {config.recipe!r} trains or reads its judge inside the policy "
+                             "itself; a judge apart works with the recipes that can judge in a pool of their own "
+                             "(grpo's family with a judge reward, spc, self_rewarding)")
         if self.separate and config.rollout.backend != "hf":
             raise ValueError(f"judge.separate: true with rollout.backend={config.rollout.backend!r}: the judge pool adds "
                              "the judge vector to each version it loads, which only the hf backend does here")
@@ -243,12 +249,7 @@ class JudgeWarmup(PolicyWarmup):
     rewards = ("judge",)  # its section only where a reward source is `judge:`
 
     def enabled(self, config, recipe) -> bool:
-        on = bool(config.judge_rewards() and config.judge.warmup_steps)
-        if on and config.judge.separate and not recipe.separate_judge:
-            raise ValueError(f"judge.separate: recipe {config.recipe!r} trains or reads its judge inside the policy "
-                             "itself; a judge apart works with recipes that judge in a pool of their own (grpo's "
-                             "family with a judge reward, spc)")
-        return on
+        return bool(config.judge_rewards() and config.judge.warmup_steps)
 
     def cached_message(self, config, path: Path, info: dict) -> str:
         text = super().cached_message(config, path, info)
