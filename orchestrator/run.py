@@ -98,6 +98,10 @@ class Run:
         src = Sources(policy=policy, reward_models=reward_models)
         if (self._frozen or {}).get("judge_vector"):  # judge.separate
             src.judge_vector = str(self.run_dir / self._frozen["judge_vector"])
+        elif getattr(getattr(self.config, "judge", None), "separate", False) and self.recipe.separate_judge:
+            raise ValueError(f"--resume with judge.separate: true, but the checkpoint {self.resume_from} has no judge "
+                             "vector (its run judged with the policy itself); resume without judge.separate, or "
+                             "start a new run")
         for role in learners:
             if (self.resume_from / role / "config.json").is_file():
                 src.learners[role] = str(self.resume_from / role)
