@@ -142,3 +142,42 @@ def test_a_stop_cancels_a_stage_where_it_waits(tmp_path) -> None:
 
     run._pending_stop, run._stop_event = None, None
     assert asyncio.run(done_first()) == {"ok": 1}
+
+
+def test_a_stage_that_does_not_hand_its_model_on_leaves_no_pool_holding_it(tmp_path) -> None:
+    """A stage that trained the borrowed policy pools but does not hand its model on (the judging
+    warm-up with judge.separate) has them restarted from the sources; one that hands it on keeps them."""
+
+    class Pool:
+        def __init__(self):
+            self.stopped = False
+
+        def shutdown(self):
+            self.stopped = True
+
+    class Trains(Counting):
+        borrows = ("generator", "verifier", "policy_learner")
+
+        def __init__(self, name: str, hands: bool):
+            super().__init__(name)
+            self.hands = hands
+
+        def hands_on(self, config) -> bool:
+            return self.hands
+
+    for hands in (True, False):
+        run = two_stage_run(tmp_path / str(hands), False)
+
+        class OneStage(RECIPES.get("grpo")):
+            @classmethod
+            def stages(cls, config) -> list:
+                return [Trains("judging", hands)]
+
+        run.recipe = OneStage()
+        driver = StageDriver(*driven(run))
+        pools = {role: Pool() for role in ("generator", "verifier", "policy_learner")}
+        driver.pools = dict(pools)
+        kept, _ = asyncio.run(driver.run_all(Sources()))
+        held = {"generator", "policy_learner"}
+        assert {r for r, p in pools.items() if p.stopped} == (set() if hands else held)
+        assert set(kept) == ({"generator", "verifier", "policy_learner"} if hands else {"verifier"})
