@@ -19,7 +19,10 @@ the last `judge_credit.window` batches are kept, and before aggregation each lea
    their mean on every row: group normalisation would turn that noise into unit-size advantages.
 
 Metrics per source: `learned/<s>/auroc` (on the window), `/guard` (1: dropped this batch),
-`/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`."""
+`/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, and `/pairs_ordered`: on this
+batch's labelled rows, the share of a group's (right, wrong) pairs the source's raw score orders
+right (ties half). That is the ranking a group-relative advantage uses; a pooled AUROC also credits
+a judge for telling easy prompts from hard ones."""
 
 from __future__ import annotations
 
@@ -147,7 +150,7 @@ class LearnedRewards(RewardColumns):
         return arr[:, 0], arr[:, 1]
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        from orchestrator.evaluation import auroc
+        from orchestrator.evaluation import auroc, rank_quality
 
         names = table.schema.names
         if B.REWARD_PREFIX + self.label not in names:
@@ -171,7 +174,9 @@ class LearnedRewards(RewardColumns):
             now_pos = now[:, 1] >= 0.5
             now_auc = (auroc(now[:, 0], now_pos) if min(int(now_pos.sum()), int((~now_pos).sum())) >= MIN_PER_CLASS
                        else None)
-            m = {"auroc": auc, "auroc_batch": now_auc}
+            m = {"auroc": auc, "auroc_batch": now_auc,
+                 "pairs_ordered": rank_quality(values[both], label[both] >= 0.5, groups[both])["pairs_ordered"]
+                 if both.any() else None}
             if self.cfg.min_auroc is not None and auc is not None:
                 self.guarded[s] = min(a for a in (auc, now_auc) if a is not None) < self.cfg.min_auroc
             m["guard"] = float(self.guarded[s]) if self.cfg.min_auroc is not None else None

@@ -154,6 +154,20 @@ def test_the_guard_drops_a_judge_the_batch_it_collapses_not_when_the_window_forg
     assert part.metrics()["learned/judge/guard"] == 0.0
 
 
+def test_pairs_ordered_reads_the_ranking_within_groups():
+    """Two prompts, one the judge scores high and one it scores low: within each it orders the pair
+    the wrong way round, though across them it puts a right answer above a wrong one."""
+    part = LearnedRewards(credit_config())
+    scores = [0.8, 0.9, 0.1, 0.2, 0.5]  # easy: right 0.8 < wrong 0.9; hard: right 0.1 < wrong 0.2
+    labels = [1, 0, 1, 0, np.nan]  # the fifth row is unlabelled: not counted
+    part(judged(scores, labels, groups=[0, 0, 1, 1, 2]))
+    assert part.metrics()["learned/judge/pairs_ordered"] == 0.0
+    part(judged([0.9, 0.8, 0.2, 0.2], [1, 0, 1, 0], groups=[0, 0, 1, 1]))  # one right, one tie
+    assert part.metrics()["learned/judge/pairs_ordered"] == 0.75
+    part(judged([0.9, 0.8], [1, 1], groups=[0, 0]))  # no (right, wrong) pair in a group
+    assert "learned/judge/pairs_ordered" not in part.metrics()
+
+
 def test_the_guard_waits_for_both_kinds_of_label():
     part = LearnedRewards(credit_config("judge_credit.min_auroc=0.6"))
     out = part(judged(np.random.default_rng(0).random(20), np.r_[np.ones(18), np.zeros(2)]))
