@@ -24,6 +24,11 @@ def _parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p for n, p in model.named_parameters() if p.is_floating_point()}
 
 
+def _mismatch(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    """Up to 3 parameter names that one side lacks or that differ in shape (empty: they match)."""
+    return sorted(a.keys() ^ b.keys())[:3] or [n for n in a if a[n].shape != b[n].shape][:3]
+
+
 @torch.no_grad()
 def write(base_dir: str | Path, judged_dir: str | Path, out: str | Path) -> Path:
     """Save judged - base (parameter by parameter) to the directory `out`, atomically."""
@@ -32,8 +37,8 @@ def write(base_dir: str | Path, judged_dir: str | Path, out: str | Path) -> Path
     from actors.modeling import load_model
 
     base, judged = _parameters(load_model(base_dir)), _parameters(load_model(judged_dir))
-    if base.keys() != judged.keys() or any(base[n].shape != judged[n].shape for n in base):
-        odd = sorted(base.keys() ^ judged.keys())[:3] or [n for n in base if base[n].shape != judged[n].shape][:3]
+    odd = _mismatch(base, judged)
+    if odd:
         raise ValueError(f"judge vector: {judged_dir} and {base_dir} are not the same architecture "
                          f"(parameters differ, e.g. {odd})")
     delta = {n: (judged[n] - base[n]).contiguous() for n in base}
@@ -64,8 +69,8 @@ def load(path: str | Path) -> dict[str, torch.Tensor]:
 def add(model: torch.nn.Module, vector: dict[str, torch.Tensor]) -> None:
     """model's parameters += vector (the judge on top of the policy version just loaded)."""
     own = _parameters(model)
-    if own.keys() != vector.keys() or any(own[n].shape != vector[n].shape for n in own):
-        odd = sorted(own.keys() ^ vector.keys())[:3] or [n for n in own if own[n].shape != vector[n].shape][:3]
+    odd = _mismatch(own, vector)
+    if odd:
         raise ValueError(f"judge vector: its parameters do not match the judge's model (e.g. {odd})")
     for name, p in own.items():
         p.add_(vector[name].to(device=p.device, dtype=p.dtype))

@@ -25,9 +25,9 @@ rewards enter the advantage, orchestrator/judge_credit.py):
 
 Judging warm-ups see only the labelled prompts, and their task share repeats the policy's own greedy
 answers (`judge.warmup_task=own`; `--judge-task own_samples`: its sampled answers), so no warm-up
-teaches the task: each recipe's warm start (after its warm-ups) is reported beside the SFT warm start. `--gap` measures the verification gap alone:
-the judge's held-out AUROC after its warm-up against the policy's held-out accuracy, at equal
-labelled data. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every
+teaches the task: each recipe's warm start (after its warm-ups) is reported beside the SFT warm
+start. `--gap` measures the verification gap alone: the judge's held-out AUROC after its warm-up
+against the policy's held-out accuracy, at equal labelled data. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every
 run); the tables go to their section of benchmarks/results/self_judges.md.
 """
 

@@ -63,8 +63,8 @@ class JudgeConfig(Section):
     # a judge apart from the policy: the judging warm-up trains a copy, and what it changed (the judge
     # vector, actors/judge_vector.py) is added to each policy version in a judge pool of its own; the
     # policy starts RL where the warm-up found it (measured on sorting: the shared warm-up cost the
-    # policy 0.02-0.075 of held-out accuracy and half its distinct answers). Recipes whose judge is
-    # trained inside the policy (spark, self_rewarding) refuse it
+    # policy 0.02-0.075 of held-out accuracy and half its distinct answers). A recipe whose judge is
+    # trained inside the policy (spark) refuses it
     separate: bool = False
 
     @model_validator(mode="after")
