@@ -265,6 +265,40 @@ def test_the_judging_warm_up_reads_only_labelled_prompts():
         labelled_prompts(train.filter(pa.array([True, False, True, False])), 10)
 
 
+
+@pytest.mark.parametrize("kind, asked", [("own", {"greedy": True}), ("own_samples", {"n": 3})])
+def test_the_warm_ups_task_share_rehearses_greedy_or_sampled_answers(kind, asked):
+    """`own` asks the generators for one greedy answer a prompt, `own_samples` for
+    `judge.warmup_task_samples` sampled ones (which keep the policy's distribution); empty answers
+    are left out of the SFT rows."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from pipelines.stages.judge import task_rows
+
+    calls = []
+
+    class Generators:
+        async def call(self, method, chunk, **kwargs):
+            calls.append((method, {k: v for k, v in kwargs.items() if k in ("greedy", "n")}))
+            n = kwargs.get("n", 1)
+            prompts = [p for p in chunk.column("prompt").to_pylist() for _ in range(n)]
+            answers = [f"{p}:{i}" if p != "b" else "" for p in chunk.column("prompt").to_pylist() for i in range(n)]
+
+            async def table():
+                return pa.table({"prompt": prompts, "response": answers})
+            return table(), {}
+
+    train = pa.table({"prompt_id": ["p0", "p1", "p2"], "prompt": ["a", "b", "c"], "answer": ["x", "y", "z"]})
+    ctx = SimpleNamespace(prompts=SimpleNamespace(train=train), pools={"generator": Generators()},
+                          split=lambda table, pieces: [table])
+    rows = asyncio.run(task_rows(ctx, kind, samples=3))
+    assert calls == [("generate", asked)]
+    n = asked.get("n", 1)
+    assert rows.column("prompt").to_pylist() == ["a"] * n + ["c"] * n  # prompt b's answers were empty
+    assert rows.column("answer").to_pylist() == [f"{p}:{i}" for p in "ac" for i in range(n)]
+    assert asyncio.run(task_rows(ctx, "answers")).column("answer").to_pylist() == ["x", "y", "z"]
+
 # ---- the shipped recipes' guard (issue 32: Cooper as first shipped took a policy from 0.63 to 0.17) ----
 
 SHIPPED = {"spark": "judge", "spc": "critic", "laser": "self", "cooper": "rm", "self_judged_grpo": "judge"}
