@@ -97,10 +97,15 @@ def test_separate_needs_a_warm_up_and_a_recipe_that_judges_apart() -> None:
         load_config("spark", [judged, "judge.separate=true", "judge.warmup_steps=5"])
     for recipe in ("grpo", "spc", "self_rewarding"):
         assert RECIPES.get(recipe).separate_judge
+    # a policy with no directory to measure the vector from (no model.path, no SFT warm-up)
+    from orchestrator.recipes import Sources
+    from pipelines.stages.judge import JudgeWarmup
+
+    bare = load_config(None, [judged, "judge.separate=true", "judge.warmup_steps=5", "warmup.enabled=false"])
+    with pytest.raises(ValueError, match="the policy has no model directory to measure the judge vector from"):
+        JudgeWarmup().apply(bare, Sources(), "/nowhere", {})
     # where the judge is apart, the recipe builds a judge pool holding the vector
     config = load_config("self_rewarding", [judged, "judge.separate=true", "judge.warmup_steps=5"])
-    from orchestrator.recipes import Sources
-
     roles = RECIPES.get("self_rewarding").roles(config, Sources(policy="p", judge_vector="v"))
     assert roles["judge"].kwargs["judge_vector"] == "v"
     shared = load_config("self_rewarding", [judged, "judge.warmup_steps=5"])
