@@ -12,14 +12,15 @@ the last `judge_credit.window` batches are kept, and before aggregation each lea
    both recover (`learned/<s>/guard`; `learned/<s>/auroc_batch`: this batch's own AUROC);
 2. calibrated (`confidence: calibrated` or `gated`): Platt scaling fitted on those labelled rows,
    so the value is the probability that the response is right (a judge's P(yes) is not one, a
-   reward model's score is unbounded);
+   reward model's score is unbounded); until the window holds enough labelled rows of each kind to
+   fit (`learned/<s>/uncalibrated` 1), a score outside [0, 1] is dropped as the guard drops one;
 3. gated (`confidence: gated`): a calibrated value within `gate_band` of 0.5 (the judge unsure)
    takes its group's mean of the sure ones, so it gets no advantage from the judge;
 4. flattened (`min_spread`): a group whose learned values differ by less than this (max - min) gets
    their mean on every row: group normalisation would turn that noise into unit-size advantages.
 
 Metrics per source: `learned/<s>/auroc` (on the window), `/guard` (1: dropped this batch),
-`/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, and `/pairs_ordered`: on this
+`/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, `/uncalibrated`, and `/pairs_ordered`: on this
 batch's labelled rows, the share of a group's (right, wrong) pairs the source's raw score orders
 right (ties half). That is the ranking a group-relative advantage uses; a pooled AUROC also credits
 a judge for telling easy prompts from hard ones."""
@@ -186,9 +187,16 @@ class LearnedRewards(RewardColumns):
                 bounded = bool(np.all((score >= 0) & (score <= 1)))
                 a, b = platt(to_logit(score, bounded), truth)
                 values = 1 / (1 + np.exp(-(a * to_logit(values, bounded) + b)))
-                m.update(calib_slope=a, calib_bias=b)
+                m.update(calib_slope=a, calib_bias=b, uncalibrated=0.0)
                 if self.cfg.confidence == "gated":
                     values, m["gated_frac"] = gate_unsure(values, groups, self.cfg.gate_band)
+            elif self.cfg.confidence != "raw":
+                # too few labelled rows to calibrate yet: a probability (a judge's P(yes)) enters as
+                # it is; a score that is not one (a reward model's, LaSeR's) waits, since beside the
+                # verifier's 0/1 it would set the advantage's scale by its units alone
+                m["uncalibrated"] = 1.0
+                if not np.all(np.isnan(values) | ((values >= 0) & (values <= 1))):
+                    values = np.full_like(values, np.nan)
             if self.cfg.min_spread > 0 and not self.guarded[s]:
                 values, m["flat_groups_frac"] = group_flatten(values, groups, self.cfg.min_spread)
             table = B.replace_column(table, col, pa.array(values.astype(np.float32), pa.float32(), mask=np.isnan(values)))

@@ -188,6 +188,25 @@ def test_calibration_maps_a_judges_score_to_the_labels_frequency():
     assert "learned/judge/calib_slope" in part.metrics()
 
 
+def test_a_score_that_is_no_probability_waits_for_its_calibration_and_a_probability_does_not():
+    """Before the window holds 8 labelled rows of each kind, `calibrated` cannot fit: a reward
+    model's or LaSeR's unbounded score is dropped (it would enter beside the verifier's 0/1 in its
+    own units, and grpo_bernoulli refuses it), a judge's P(yes) enters as it is; once the fit is
+    possible both are probabilities."""
+    few = [1, 0, 1, 0, np.nan, np.nan]
+    unbounded = LearnedRewards(credit_config("judge_credit.confidence=gated"))
+    out = unbounded(judged([2.5, -1.0, 1.5, -0.3, 3.0, -2.0], few))
+    assert out.column("reward.judge").null_count == 6 and unbounded.metrics()["learned/judge/uncalibrated"] == 1.0
+    bounded = LearnedRewards(credit_config("judge_credit.confidence=calibrated"))
+    out = bounded(judged([0.9, 0.2, 0.7, 0.4, 0.8, 0.1], few))
+    assert out.column("reward.judge").to_numpy(zero_copy_only=False) == pytest.approx([0.9, 0.2, 0.7, 0.4, 0.8, 0.1])
+    labels = np.r_[np.ones(10), np.zeros(10), np.nan, np.nan]
+    out = unbounded(judged(np.r_[np.linspace(1, 3, 10), np.linspace(-3, -1, 10), 4.0, -4.0], labels))
+    values = out.column("reward.judge").to_numpy(zero_copy_only=False)
+    assert out.column("reward.judge").null_count == 0 and ((values >= 0) & (values <= 1)).all()
+    assert unbounded.metrics()["learned/judge/uncalibrated"] == 0.0 and values[20] > 0.5 > values[21]
+
+
 def test_learned_reward_state_goes_through_a_checkpoint():
     cfg = credit_config("judge_credit.min_auroc=0.6")
     part = LearnedRewards(cfg)
