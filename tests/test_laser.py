@@ -88,6 +88,28 @@ def test_the_warm_ups_nll_reads_the_correct_samples_or_every_sample(labelled):
     assert learner.call_objective("laser_align", "align_steps", [wrong], 1e-9, 0.05, "all")["laser_warmup/nll"] > 0
 
 
+def test_the_warm_ups_nll_on_every_sample_weighs_each_kind_by_its_share_of_the_draw(labelled):
+    """A batch of (correct, wrong) pairs is half correct; "all" with the draw's sample accuracy
+    weighs the correct rows at that share, so its NLL is the policy's own samples' (label-blind)."""
+    from actors.objectives.laser_align import draw_weights
+
+    right = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    w = draw_weights(right, 0.1)
+    assert float((w * right).sum() / w.sum()) == pytest.approx(0.1) and float(w.sum()) == pytest.approx(4)
+    assert draw_weights(torch.ones(3), 0.2).tolist() == [1.0, 1.0, 1.0]  # one kind only: as it is
+    cfg, table = labelled
+    c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))
+    batch = with_offset(table, c)
+    learner = laser_learner(cfg)
+    nll = {acc: learner.call_objective("laser_align", "align_steps", [batch], 1e-9, 0.05, "all", acc)["laser_warmup/nll"]
+           for acc in (None, 0.5, 0.0, 1.0)}
+    label = table.column("reward.correct").to_numpy(zero_copy_only=False)
+    only = {k: learner.call_objective("laser_align", "align_steps", [batch.filter(pa.array(label == k))], 1e-9, 0.05,
+                                      "all")["laser_warmup/nll"] for k in (0, 1)}
+    assert nll[0.0] == pytest.approx(only[0], rel=1e-4) and nll[1.0] == pytest.approx(only[1], rel=1e-4)
+    assert only[0] != pytest.approx(only[1], rel=1e-3) and nll[None] == pytest.approx(nll[0.5], rel=1e-4)
+
+
 def test_self_verification_steps_fit_r_to_the_labels(labelled):
     cfg, table = labelled
     learner = laser_learner(cfg)

@@ -16,6 +16,15 @@ from actors import batch as B
 from actors.objectives import OBJECTIVES, Objective
 
 
+def draw_weights(right: torch.Tensor, accuracy: float) -> torch.Tensor:
+    """Per-row weights that give the correct rows `accuracy` of the total weight and the wrong rows
+    the rest, whatever the batch's own mix (a batch of one kind keeps weight 1)."""
+    share = float(right.mean())
+    if share in (0.0, 1.0):
+        return torch.ones_like(right)
+    return torch.where(right > 0, accuracy / share, (1 - accuracy) / (1 - share))
+
+
 @OBJECTIVES.register("laser_align")
 class LaserAlign(Objective):
     name = "laser_align"
@@ -93,13 +102,19 @@ class LaserAlign(Objective):
         return {"train/laser_mse": sums.get("laser_mse", 0.0) / max(updates, 1)}
 
     # ---- the self-verification warm-up -------------------------------------------------------------
-    def align_steps(self, batches: list[pa.Table], lr: float, nll_weight: float, nll_on: str = "correct") -> dict:
+    def align_steps(self, batches: list[pa.Table], lr: float, nll_weight: float, nll_on: str = "correct",
+                    sample_accuracy: float | None = None) -> dict:
         """One optimizer step (the warm-ups' own AdamW at `lr`) per batch of the policy's own
         verifier-labelled samples: MSE between r and the label, plus `nll_weight` x the NLL of the
         correct samples (`nll_on="correct"`: without it the shared weights forget the task, and with
-        it they also learn the task from the labels) or of every sample (`"all"`: label-blind, it
-        holds the policy near the one that drew the samples and teaches nothing). The warm-up runs
-        alone, so it takes every core even where async training shares them with generators."""
+        it they also learn the task from the labels) or of every sample (`"all"`). A batch of
+        (correct, wrong) pairs holds half correct samples, more than the policy draws, so "all"
+        weighs each kind by its share of the draw, `sample_accuracy` (the batch's own mix where
+        None): the NLL is then the policy's own samples' in expectation, label-blind, and holds the
+        policy where it was instead of teaching it from the labels (measured on sorting: at
+        `laser.warmup_nll` 1 the pairs' plain NLL took held-out accuracy 0.45 -> 0.64-0.725). The
+        warm-up runs alone, so it takes every core even where async training shares them with
+        generators."""
         from actors.runtime import torch_threads
         from actors.sampling import token_logprobs
 
@@ -116,8 +131,11 @@ class LaserAlign(Objective):
                 logits, tail = lrn._response_logits(lrn.model, ids, mask, positions, p_width, after=True)
                 mse = ((self.self_reward(tail, c) - label.to(dev)) ** 2).mean()
                 good = r_mask.to(dev).float()
+                right = (label >= 0.5).float().to(dev)
                 if nll_on == "correct":
-                    good = good * (label >= 0.5).float().to(dev)[:, None]
+                    good = good * right[:, None]
+                elif sample_accuracy is not None:  # "all": each kind at its share of the draw
+                    good = good * draw_weights(right, sample_accuracy)[:, None]
                 nll = -(token_logprobs(logits, r_ids.to(dev)) * good).sum() / good.sum().clamp(min=1)
                 loss = mse + nll_weight * nll
                 if not torch.isfinite(loss):

@@ -50,8 +50,9 @@ class LaserConfig(Section):
     warmup_steps: int = Field(0, ge=0)
     warmup_lr: float = Field(5e-4, gt=0)
     warmup_nll: float = Field(0.05, ge=0)
-    # whose NLL: the correct samples' (it also teaches the task from the labels) or every sample's
-    # (label-blind: it only holds the policy where it was, as the judging warm-ups' `warmup_task: own`)
+    # whose NLL: the correct samples' (it also teaches the task from the labels) or every sample's,
+    # each kind weighed by its share of the draw, not of the half-correct pairs (label-blind: it only
+    # holds the policy where it was, as the judging warm-ups' `warmup_task: own`)
     warmup_nll_on: Literal["correct", "all"] = "correct"
     warmup_pairs: int = Field(64, gt=0)  # pairs per step
     warmup_resample: int = Field(100, gt=0)
@@ -82,6 +83,8 @@ _CHUNK = 25  # optimizer steps per learner call: progress (and a stop) between t
 def cache_path(config, source: str | None) -> Path:
     laser = config.laser.model_dump(include={k for k in config.laser.model_dump() if k.startswith("warmup")}
                                     | {"token", "beta", "c"})
+    if laser["warmup_nll_on"] == "all":  # weighed by the draw's mix since 2026-11-28: no older cache hits
+        laser["warmup_nll_all"] = "draw_share"
     return stage_path(config, "laser", source, config.label_source(config.laser), {"laser": laser})
 
 
@@ -128,7 +131,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         budget=f"{laser.warmup_steps} steps (laser.warmup_steps) of {laser.warmup_pairs} (correct, wrong) pairs of the "
                f"policy's own samples of {prompts.num_rows} verifier-labelled training prompts, re-drawn every "
                f"{laser.warmup_resample} steps; cached, so later runs with the same settings skip it")
-    steps, stats, drawn, samples, pairs, c = 0, {}, [], None, [], laser.c
+    steps, stats, drawn, samples, pairs, c, drawn_accuracy = 0, {}, [], None, [], laser.c, None
     while steps < laser.warmup_steps:
         stop_if_requested(ctx, "self-verification warm-up", steps)
         fresh = await labelled_samples(ctx, prompts, _EVAL_SEQ - 1000 * (steps + 1))
@@ -136,7 +139,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         fresh_pairs = pair_indices(label, B.group_index(fresh))  # unlabelled (NaN) rows join neither side
         accuracy = float(np.mean(label[~np.isnan(label)] >= 0.5))
         if fresh_pairs:
-            samples, pairs = fresh, fresh_pairs
+            samples, pairs, drawn_accuracy = fresh, fresh_pairs, accuracy
             drawn.append(len(pairs))
         elif not pairs:
             hint = ("a stronger warm start (warmup.target_accuracy)" if accuracy < 0.5 else
@@ -159,7 +162,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         stats = {}
         for i in range(0, n, _CHUNK):  # one optimizer across the chunks: the same steps, progress between them
             part = await learner.call("call_objective", "laser_align", "align_steps", batches[i:i + _CHUNK],
-                                      laser.warmup_lr, laser.warmup_nll, laser.warmup_nll_on, table=False)
+                                      laser.warmup_lr, laser.warmup_nll, laser.warmup_nll_on, drawn_accuracy,
+                                      table=False)
             chunk = len(batches[i:i + _CHUNK])
             stats = {k: stats.get(k, 0.0) + v * chunk / n for k, v in part.items()}  # the block's means
             progress.update(steps + i + chunk, f"mse {part['laser_warmup/mse']:.3f}, nll {part['laser_warmup/nll']:.3f}")
