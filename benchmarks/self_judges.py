@@ -18,7 +18,8 @@ rewards enter the advantage, orchestrator/judge_credit.py):
   grpo_after_judge_warmup  the control: self_judged_grpo's warm-up and start, its judge not used (no fill)
   spark             + its judge, also trained online on the labelled rollouts (pointwise)
   laser             + LaSeR's last-token self-reward (its self-verification warm-up, labelled prompts;
-                    its NLL on every sample, label-blind: laser.warmup_nll_on=all)
+                    its NLL on every sample, each kind at its share of the draw:
+                    laser.warmup_nll_on=all)
   cooper            + a reward model (warm-up on labelled pairs) trained online on labelled pairs
   self_rewarding    DPO iterations on pairs: labels where they exist, the judge elsewhere
   spc               + the SPC critic (judging warm-up; trained on the game and the policy's labelled errors)
