@@ -20,10 +20,10 @@ the last `judge_credit.window` batches are kept, and before aggregation each lea
    their mean on every row: group normalisation would turn that noise into unit-size advantages.
 
 Metrics per source: `learned/<s>/auroc` (on the window), `/guard` (1: dropped this batch),
-`/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, `/uncalibrated`, and `/pairs_ordered`: on this
-batch's labelled rows, the share of a group's (right, wrong) pairs the source's raw score orders
-right (ties half). That is the ranking a group-relative advantage uses; a pooled AUROC also credits
-a judge for telling easy prompts from hard ones."""
+`/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, `/uncalibrated`, and
+`/pairs_ordered`: on this batch's labelled rows, the share of a group's (right, wrong) pairs the
+source's raw score orders right (ties half). That is the ranking a group-relative advantage uses;
+a pooled AUROC also credits a judge for telling easy prompts from hard ones."""
 
 from __future__ import annotations
 

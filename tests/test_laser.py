@@ -101,8 +101,8 @@ def test_the_warm_ups_nll_on_every_sample_weighs_each_kind_by_its_share_of_the_d
     c = float(np.nanmean(table.column("laser_logprob").to_numpy(zero_copy_only=False)))
     batch = with_offset(table, c)
     learner = laser_learner(cfg)
-    nll = {acc: learner.call_objective("laser_align", "align_steps", [batch], 1e-9, 0.05, "all", acc)["laser_warmup/nll"]
-           for acc in (None, 0.5, 0.0, 1.0)}
+    nll = {acc: learner.call_objective("laser_align", "align_steps", [batch], 1e-9, 0.05, "all",
+                                       acc)["laser_warmup/nll"] for acc in (None, 0.5, 0.0, 1.0)}
     label = table.column("reward.correct").to_numpy(zero_copy_only=False)
     only = {k: learner.call_objective("laser_align", "align_steps", [batch.filter(pa.array(label == k))], 1e-9, 0.05,
                                       "all")["laser_warmup/nll"] for k in (0, 1)}
