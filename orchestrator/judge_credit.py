@@ -93,6 +93,11 @@ def platt(scores: np.ndarray, labels: np.ndarray, l2: float = 1e-3, iters: int =
     return float(a / sd), float(b - a * mu / sd)  # a * z + b on the scores' own scale
 
 
+def probabilities(values: np.ndarray) -> bool:
+    """Whether every non-null value lies in [0, 1] (a judge's P(yes); not a reward model's score)."""
+    return bool(np.all(np.isnan(values) | ((values >= 0) & (values <= 1))))
+
+
 def to_logit(scores: np.ndarray, bounded: bool) -> np.ndarray:
     """A probability's log-odds (clipped), or the score itself where it is not a probability."""
     if not bounded:
@@ -184,7 +189,7 @@ class LearnedRewards(RewardColumns):
             if self.guarded[s]:
                 values = np.full_like(values, np.nan)
             elif self.cfg.confidence != "raw" and enough:
-                bounded = bool(np.all((score >= 0) & (score <= 1)))
+                bounded = probabilities(score)
                 a, b = platt(to_logit(score, bounded), truth)
                 values = 1 / (1 + np.exp(-(a * to_logit(values, bounded) + b)))
                 m.update(calib_slope=a, calib_bias=b, uncalibrated=0.0)
@@ -195,7 +200,7 @@ class LearnedRewards(RewardColumns):
                 # it is; a score that is not one (a reward model's, LaSeR's) waits, since beside the
                 # verifier's 0/1 it would set the advantage's scale by its units alone
                 m["uncalibrated"] = 1.0
-                if not np.all(np.isnan(values) | ((values >= 0) & (values <= 1))):
+                if not probabilities(values):
                     values = np.full_like(values, np.nan)
             if self.cfg.min_spread > 0 and not self.guarded[s]:
                 values, m["flat_groups_frac"] = group_flatten(values, groups, self.cfg.min_spread)
