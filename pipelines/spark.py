@@ -25,6 +25,9 @@ class SparkConfig(Section):
     mode: Literal["pointwise", "pairwise", "reflective"] = "pointwise"
     coef: float = Field(0.5, gt=0)  # weight of the judge's cross-entropy in every update
     per_update: int = Field(64, ge=1)  # judge examples per update, from the batch's labelled rollouts
+    # and from those of the last `replay` batches (0: this batch's only); where few prompts are
+    # labelled (verifier.fraction 0.1: 24 rollouts a step) one batch is too few for the judge to hold
+    replay: int = Field(0, ge=0)
     threshold: float = 0.5  # a response is correct when the first verifier source gives at least this
     # pairwise: "which is correct, a or b?" -> first | second (one token each)
     pair_template: str = "{prompt}{a}|{b}?"

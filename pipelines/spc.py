@@ -60,6 +60,9 @@ class SpcConfig(Section):
     # step, correct and wrong alike (as many of each): the policy's own errors, not only the sneaky
     # generator's (the critic it rewards is then trained on the mistakes it must catch); 0: off
     policy_items: int = Field(0, ge=0)
+    # and the policy items of the last `replay` steps again (0: this step's only): at verifier.fraction
+    # 0.1 a step labels about 24 rollouts, too few to keep the critic from drifting
+    replay: int = Field(0, ge=0)
 
     @field_validator("template")
     @classmethod
@@ -77,6 +80,9 @@ class SpcConfig(Section):
         if config.judge.mode != "yes_prob":
             raise ValueError(f"recipe spc: judge.mode {config.judge.mode!r}; the critic's verdict is P(judge.yes), "
                              "set judge.mode: yes_prob")
+        if self.replay and not self.policy_items:
+            raise ValueError(f"spc.replay={self.replay} replays the policy's labelled rollouts to the critic; "
+                             "spc.policy_items is 0, so there are none: set spc.policy_items (e.g. 128)")
         for role in ("critic_learner", "sneaky_learner"):
             spec = config.roles.get(role)
             if spec is not None and spec.replicas != 1:
@@ -157,15 +163,37 @@ class CriticLearner(Learner):
     -1 for a wrong one: the exact policy gradient of its one-token game, which GRPO on sampled
     verdicts would estimate. The two kinds of step weigh half each, whatever their counts."""
 
-    def __init__(self, config, model_source: str | None = None, role: dict | None = None, lr: float | None = None):
+    def __init__(self, config, model_source: str | None = None, role: dict | None = None, lr: float | None = None,
+                 replay: int = 0):
+        from collections import deque
+
         from actors.judging import single_token
 
         super().__init__(config, model_source, role, objectives=[], lr=lr, reference=False)
         self.yes = single_token(self.tokenizer, config.judge.yes, "judge.yes")
         self.no = single_token(self.tokenizer, config.judge.no, "judge.no")
+        self.replay = replay
+        self.past: deque[pa.Table] = deque(maxlen=replay or None)  # the last `replay` steps' policy items
 
-    def train_game(self, table: pa.Table) -> dict[str, float]:
-        """One optimizer step on the judged steps (`prompt`, `response`, `step_correct`)."""
+    def extra_state(self) -> dict:  # checkpointed: a resumed run replays what the killed one would have
+        return {**super().extra_state(), "spc_replay": list(self.past)}
+
+    def load_extra_state(self, state: dict) -> None:
+        super().load_extra_state(state)
+        self.past.clear()
+        if self.replay:
+            self.past.extend(state.get("spc_replay", []))
+
+    def train_game(self, table: pa.Table, own: pa.Table | None = None) -> dict[str, float]:
+        """One optimizer step on the judged steps (`prompt`, `response`, `step_correct`): the game's
+        items (`table`), the policy's labelled rollouts (`own`) and those of the last `replay` steps."""
+        replayed = list(self.past)
+        if self.replay and own is not None and own.num_rows:
+            self.past.append(own)
+        parts = [t for t in (table, own, *replayed) if t is not None and t.num_rows]
+        if not parts:
+            return {"critic/version": self.version, "critic/steps_judged": 0}
+        table = pa.concat_tables(parts)
         texts = [render(self.config.judge.template, p, r) for p, r in
                  zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
         correct = np.asarray(table.column("step_correct").to_pylist(), bool)
@@ -186,7 +214,8 @@ class CriticLearner(Learner):
         self.optimizer.step()
         self.version += 1
         return {"critic/version": self.version, "critic/expected_reward": expected,
-                "critic/accuracy_before": right / len(texts), "critic/steps_judged": len(texts)}
+                "critic/accuracy_before": right / len(texts), "critic/steps_judged": len(texts),
+                "critic/replayed": sum(t.num_rows for t in replayed)}
 
 
 class SPC(GRPO):
@@ -203,7 +232,8 @@ class SPC(GRPO):
         args = cls.generator_args(config)
         roles["judge"] = RoleSpec("actors.generator:Generator", (critic,), args, kind="generator", num_cpus=0)
         roles["sneaky"] = RoleSpec("actors.generator:Generator", (sneaky,), args, kind="generator", num_cpus=0)
-        roles["critic_learner"] = RoleSpec("pipelines.spc:CriticLearner", (critic,), {"lr": spc.critic_lr},
+        roles["critic_learner"] = RoleSpec("pipelines.spc:CriticLearner", (critic,),
+                                           {"lr": spc.critic_lr, "replay": spc.replay},
                                            kind="learner", num_cpus=0)
         roles["sneaky_learner"] = RoleSpec("actors.learner:Learner", (sneaky,),
                                            {"lr": spc.sneaky_lr, "objectives": ["policy_gradient"]},
@@ -269,9 +299,9 @@ class SPC(GRPO):
             if len(originals):
                 out["spc/critic_accepts_correct"] = float(np.mean(accepts[len(played):]))
             out["spc/critic_win_rate"] = float(np.mean(rewards > 0))
-            learning.append(self._learn_critic(ctx, pa.concat_tables([items, own]) if own.num_rows else items))
+            learning.append(self._learn_critic(ctx, items, own))
         elif own.num_rows:
-            learning.append(self._learn_critic(ctx, own))
+            learning.append(self._learn_critic(ctx, None, own))
         sneaky = sneaky_rewards(valid, critic_reward, spc.invalid_reward)
         keep = ~np.isnan(sneaky)
         if keep.any():
@@ -282,8 +312,8 @@ class SPC(GRPO):
             out.update(metrics)
         return out
 
-    async def _learn_critic(self, ctx, items: pa.Table) -> dict:
-        metrics = await ctx.pools["critic_learner"].call("train_game", items, table=False)
+    async def _learn_critic(self, ctx, items: pa.Table | None, own: pa.Table) -> dict:
+        metrics = await ctx.pools["critic_learner"].call("train_game", items, own, table=False)
         await publish(ctx, "critic", metrics["critic/version"])
         return metrics
 

@@ -11,9 +11,15 @@ cross-entropy of the two tokens (the read-out the judge reward uses), per `mode`
   pair_template -> `first` when response a is the correct one, `second` otherwise;
 - reflective: reflect_template, the judge's own greedy reflection (written with the current
   weights, no gradient), verdict_cue -> judge.yes / judge.no; only the verdict token is trained.
-The texts are those of actors/judge_modes.py, which the judge reward reads too."""
+The texts are those of actors/judge_modes.py, which the judge reward reads too.
+
+With `replay` > 0 the examples of the last `replay` batches stay in the draw beside this batch's
+(their labels do not age): where the verifier labels a tenth of the prompts, one batch's few
+labelled rollouts are all the judge would see per update. They are checkpointed with the learner."""
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +39,8 @@ class SelfJudge(Objective):
     def __init__(self, learner, coef: float = 0.5, per_update: int = 64, threshold: float = 0.5,
                  mode: str = "pointwise", pair_template: str = "{prompt}{a}|{b}?", first: str = "A",
                  second: str = "B", reflect_template: str = "{prompt}{response}|{prompt}", verdict_cue: str = "?",
-                 reflect_tokens: int = 8, template: str = "{prompt}{response}?", yes: str = "Y", no: str = "N"):
+                 reflect_tokens: int = 8, template: str = "{prompt}{response}?", yes: str = "Y", no: str = "N",
+                 replay: int = 0):
         """The options of recipe spark's `spark` section, and `template`, `yes`, `no`: the judge's
         (its `judge` section), which the judge reward reads too."""
         from actors.judging import single_token
@@ -43,8 +50,9 @@ class SelfJudge(Objective):
         fns = config.fn_rewards()
         if not fns:
             raise ValueError("the self_judge objective needs a verifier reward function (rewards[].fn) for its labels")
-        if not coef > 0 or per_update < 1:
-            raise ValueError(f"self_judge needs coef > 0 and per_update >= 1, got {coef!r}, {per_update!r}")
+        if not coef > 0 or per_update < 1 or replay < 0:
+            raise ValueError(f"self_judge needs coef > 0, per_update >= 1 and replay >= 0, got {coef!r}, "
+                             f"{per_update!r}, {replay!r}")
         if mode not in MODES:
             raise ValueError(f"self_judge mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.coef, self.per_update, self.threshold, self.mode = coef, per_update, threshold, mode
@@ -59,39 +67,48 @@ class SelfJudge(Objective):
             self.tokens = (single_token(tok, yes, "judge.yes"), single_token(tok, no, "judge.no"))
         # units of examples drawn together: one judged response, or a pair's two orders
         self.units: list[list[tuple[str, str, bool]]] = []
+        self.past: deque[list] = deque(maxlen=replay or None)  # the last `replay` batches' units
+        self.replay = replay
         self._sums = {"loss": 0.0, "right": 0.0, "count": 0.0}
 
     def prepare(self, table: pa.Table, data: dict) -> None:
-        """This batch's judge examples from every response the verifier labelled."""
+        """This batch's judge examples, and those of the last `replay` batches."""
+        current = self.examples(table)
+        self.units = current + [unit for units in self.past for unit in units]
+        if self.replay and current:
+            self.past.append(current)
+        return None
+
+    def examples(self, table: pa.Table) -> list[list[tuple[str, str, bool]]]:
+        """The batch's judge examples from every response the verifier labelled, in units."""
         from actors.judge_modes import render_pair
         from actors.judging import render
 
-        self.units = []
         column = B.REWARD_PREFIX + self.label
         if column not in table.schema.names:
-            return None
+            return []
         label = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
         rows = np.nonzero(~np.isnan(label))[0]
         prompts, responses = table.column("prompt").to_pylist(), table.column("response").to_pylist()
         correct = label >= self.threshold
         if self.mode == "pointwise":
-            self.units = [[(render(self.template, prompts[i], responses[i]), "", correct[i])] for i in rows]
-        elif self.mode == "reflective":  # the reflection is written at the update, by the weights of then
-            self.units = [[(prompts[i], responses[i], correct[i])] for i in rows]
-        else:
-            groups = np.asarray(table.column("group_id").to_pylist() if "group_id" in table.schema.names
-                                else table.column("prompt_id").to_pylist())
-            for g in dict.fromkeys(groups[rows]):
-                members = rows[groups[rows] == g]
-                for c in members[correct[members]]:
-                    for w in members[~correct[members]]:
-                        p = prompts[c]
-                        self.units.append([(render_pair(self.pair_template, p, responses[c], responses[w]), "", True),
-                                           (render_pair(self.pair_template, p, responses[w], responses[c]), "", False)])
-        return None
+            return [[(render(self.template, prompts[i], responses[i]), "", bool(correct[i]))] for i in rows]
+        if self.mode == "reflective":  # the reflection is written at the update, by the weights of then
+            return [[(prompts[i], responses[i], bool(correct[i]))] for i in rows]
+        units = []
+        groups = np.asarray(table.column("group_id").to_pylist() if "group_id" in table.schema.names
+                            else table.column("prompt_id").to_pylist())
+        for g in dict.fromkeys(groups[rows]):
+            members = rows[groups[rows] == g]
+            for c in members[correct[members]]:
+                for w in members[~correct[members]]:
+                    p = prompts[c]
+                    units.append([(render_pair(self.pair_template, p, responses[c], responses[w]), "", True),
+                                  (render_pair(self.pair_template, p, responses[w], responses[c]), "", False)])
+        return units
 
     def begin(self, data: dict, rows: torch.Tensor) -> None:
-        """coef x the judge's cross-entropy on up to `per_update` of the batch's examples (every rank
+        """coef x the judge's cross-entropy on up to `per_update` of the examples (every rank
         the same ones: the update's gradients are averaged over ranks)."""
         from actors.judge_modes import reflective_texts
         from actors.judging import next_token_logits
@@ -118,6 +135,14 @@ class SelfJudge(Objective):
         self._sums["loss"] += float(loss.detach()) * len(chosen)
         self._sums["right"] += float((pair.argmax(-1) == target).sum())
         self._sums["count"] += len(chosen)
+
+    def state_dict(self) -> dict:  # checkpointed: a resumed run replays what the killed one would have
+        return {"self_judge_replay": [list(units) for units in self.past]} if self.replay else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.replay:
+            self.past.clear()
+            self.past.extend(state.get("self_judge_replay", []))
 
     def metrics(self, sums: dict, updates: int) -> dict:
         n = self._sums["count"]
