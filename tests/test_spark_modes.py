@@ -94,6 +94,25 @@ def test_reflective_self_judge_trains_the_verdict_after_its_own_reflection(rewar
     assert metrics["self_judge/examples"] == scored.num_rows
 
 
+def test_the_self_judge_replays_the_last_batches_examples_and_checkpoints_them(reward_fn, scored, tmp_path) -> None:  # noqa: F811
+    """spark.replay: the last `replay` batches' labelled rollouts stay in the judge's draw beside this
+    batch's, the oldest drop out, and a learner restored from a checkpoint replays the same ones."""
+    config = make_config(reward_fn)
+    half = scored.slice(0, scored.num_rows // 2)
+    spec = {"name": "self_judge", "per_update": 1000, "replay": 1}
+    learner = Learner(config, objectives=["policy_gradient", spec])
+    seen = [train(learner, t)["self_judge/examples"] for t in (half, scored, half)]
+    assert seen == [half.num_rows, scored.num_rows + half.num_rows, half.num_rows + scored.num_rows]
+    out = learner.save(str(tmp_path / "ckpt"))
+    fresh = Learner(config, model_source=out, objectives=["policy_gradient", spec])
+    fresh.restore(out)
+    assert train(fresh, scored)["self_judge/examples"] == scored.num_rows + half.num_rows  # the last batch: half
+    plain = Learner(config, objectives=["policy_gradient", {"name": "self_judge", "per_update": 1000}])
+    assert [train(plain, t)["self_judge/examples"] for t in (half, scored)] == [half.num_rows, scored.num_rows]
+    with pytest.raises(ValueError, match="replay >= 0"):
+        Learner(config, objectives=[{"name": "self_judge", "replay": -1}])
+
+
 def test_the_pairwise_judge_reward_is_each_responses_win_rate(reward_fn, prompts) -> None:  # noqa: F811
     config = spark_config(reward_fn, mode="pairwise", opponents=1)
     gen = generator(config)

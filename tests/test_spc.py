@@ -67,6 +67,7 @@ def test_the_game_starts_from_one_verified_correct_response_per_prompt():
     (["spc.template='{prompt}!'"], "spc.template must contain {response}"),
     (["spc.variants=1"], "spc.variants"),
     (["spc.gamez=3"], "unknown key 'spc.gamez'"),
+    (["spc.replay=2", "spc.policy_items=0"], "spc.replay=2 replays the policy's labelled rollouts to the critic; spc.policy_items is 0"),
 ])
 def test_config_errors_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -151,3 +152,27 @@ def test_spc_plays_the_game_and_resumes_both_players(ray_env, warm_cache, tmp_pa
     assert [r["critic/version"] for r in rows] == [1, 2, 3] and [r["sneaky/version"] for r in rows] == [1, 2, 3]
     assert [r["channel/critic/version"] for r in rows] == [1, 2, 3]
     assert "eval/judge_auroc" in rows[1] and "judge/auroc" in rows[0]
+
+
+def test_the_critic_replays_the_last_steps_policy_items_and_checkpoints_them(tmp_path):
+    """spc.replay: the policy's labelled rollouts of the last `replay` steps join this step's items
+    (the game's items are not replayed), the oldest drop out, and a restored critic replays the same."""
+    config = load_config("spc", [*TINY, "spc.policy_items=8", "spc.replay=2"])
+    critic = CriticLearner(config, lr=config.spc.critic_lr, replay=config.spc.replay)
+    game = pa.table({"prompt": ["2+3="], "response": ["6"], "step_correct": [False]})
+
+    def own(n):  # n policy items, half correct
+        return pa.table({"prompt": ["1+1="] * n, "response": ["2"] * (n // 2) + ["3"] * (n - n // 2),
+                         "step_correct": [True] * (n // 2) + [False] * (n - n // 2)})
+
+    judged = [critic.train_game(game, own(n)) for n in (2, 4, 6)]
+    assert [m["critic/steps_judged"] for m in judged] == [1 + 2, 1 + 4 + 2, 1 + 6 + 4 + 2]
+    assert [m["critic/replayed"] for m in judged] == [0, 2, 6]
+    assert critic.train_game(game, own(8))["critic/replayed"] == 6 + 4  # the first step's items dropped out
+    critic.save(str(tmp_path / "ckpt"))
+    fresh = CriticLearner(config, model_source=str(tmp_path / "ckpt"), lr=config.spc.critic_lr, replay=2)
+    fresh.restore(str(tmp_path / "ckpt"))
+    restored = fresh.train_game(None, own(2))
+    assert restored["critic/replayed"] == 8 + 6 and restored["critic/steps_judged"] == 2 + 8 + 6
+    plain = CriticLearner(config, lr=config.spc.critic_lr)  # replay 0: this step's items only
+    assert [plain.train_game(game, own(4))["critic/steps_judged"] for _ in range(2)] == [5, 5]
