@@ -129,6 +129,29 @@ def extend_held_out(task: str, train: Path, eval_: Path, size: int) -> int:
     return len(held)
 
 
+def held_out_accuracy(task: dict, warm: Path, train: Path, eval_: Path) -> float:
+    """The warm model's greedy accuracy on the held-out file, as a run's evaluation reads it (the
+    generator's greedy decoding, the task's verifier), in-process."""
+    import pyarrow as pa
+
+    from actors.generator import Generator
+    from actors.rewards import REWARD_FUNCTIONS
+    from orchestrator.config import load_config
+    from runs import read_jsonl
+
+    config = load_config(task["config"], ["data.task=null", f"data.path={train}", f"data.eval_path={eval_}",
+                                          "data.prompt_template='{prompt}'", f"model.path={warm}",
+                                          f"rollout.max_new_tokens={task['max_new_tokens']}", "train.threads=1"])
+    rows = read_jsonl(eval_)
+    prompts = pa.table({"prompt_id": [str(i) for i in range(len(rows))], "prompt": [r["prompt"] for r in rows],
+                        "answer": [r["answer"] for r in rows]})
+    out, _ = Generator(config, str(warm)).generate(prompts, greedy=True)
+    verify = REWARD_FUNCTIONS.get(task["verifier"])
+    scores = [verify(prompt=p, response=r, answer=a) for p, r, a in
+              zip(out.column("prompt").to_pylist(), out.column("response").to_pylist(), out.column("answer").to_pylist())]
+    return float(sum(s >= 0.5 for s in scores) / len(scores))
+
+
 def isolate_ray() -> None:
     """Every run starts its own local Ray cluster in a directory of its own: without this, `ray.init`
     on a shared machine finds other users' clusters under /tmp/ray and joins the newest one."""
@@ -285,8 +308,9 @@ def main() -> None:
         work = Path(tmp)
         warm, warm_info = warm_checkpoint(None, work, recipe=task["config"])
         train, eval_, split_info = export_splits(work, task["config"])
-        if args.held_out:
+        if args.held_out:  # and the warm start measured on all of them (warm_info's is on the task's 200)
             split_info["eval_rows"] = extend_held_out(args.task, train, eval_, args.held_out)
+            warm_info = {**warm_info, "warmup/accuracy": held_out_accuracy(task, warm, train, eval_)}
         sft = warm_info.get("warmup/accuracy")
         meta = {"machine": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
                 "python": platform.python_version(), "argv": sys.argv[1:], "argvs": argvs, "warm": str(warm),
