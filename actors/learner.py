@@ -187,11 +187,12 @@ class Learner(Trainable):
         return self.publish(), metrics
 
     def train_preference(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None,
-                         nll_weight: float = 0.0) -> dict:
+                         nll_weight: float = 0.0, examples: pa.Table | None = None) -> dict:
         """One optimizer step on preference pairs (prompt, chosen, rejected) with a loss from the
         registry (dpo, ipo, simpo), or `raft`: supervised fine-tuning on the chosen responses.
-        `nll_weight` adds that times the chosen responses' NLL to a preference loss (RPO)."""
-        return self.objective("preference", "train_preference").step(pairs, loss, params, nll_weight)
+        `nll_weight` adds that times the chosen responses' NLL to a preference loss (RPO).
+        `examples`: labelled samples the learner's riders (a self_judge objective) train on in the same step."""
+        return self.objective("preference", "train_preference").step(pairs, loss, params, nll_weight, examples)
 
     def sft_steps(self, batches: list[pa.Table], lr: float) -> float:
         """Several warm-up steps in one call (fewer round trips); returns the last loss. The warm-up

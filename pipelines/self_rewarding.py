@@ -68,6 +68,24 @@ class IterationsConfig(Section):
     # below it on them trains on no pairs of unlabelled prompts (iter/guarded): the guard of
     # orchestrator/judge_credit.py, for a recipe without a credit step
     labels: bool = False
+    # SPARK's judge loss between iterations (actors/objectives/self_judge.py): every preference step
+    # also trains the policy as a judge, judge_coef x the cross-entropy of its verdict on up to
+    # `judge_per_update` of the iteration's verifier-labelled samples (needs labels). Without it the
+    # judge is fitted once, at the warm-up, and DPO on the shared weights wears it down iteration by
+    # iteration. 0: off
+    judge_coef: float = Field(0.0, ge=0)
+    judge_per_update: int = Field(64, ge=1)
+
+    def cross_check(self, config) -> None:
+        if self.judge_coef and not self.labels:
+            raise ValueError(f"iterations.judge_coef={self.judge_coef} trains the judge on the iteration's "
+                             "verifier-labelled samples; iterations.labels is false, so there are none: set "
+                             "iterations.labels=true")
+
+    def objective(self, config) -> dict:
+        """The self_judge objective the preference step carries (judge_coef > 0)."""
+        return {"name": "self_judge", "coef": self.judge_coef, "per_update": self.judge_per_update,
+                "template": config.judge.template, "yes": config.judge.yes, "no": config.judge.no}
 
     @field_validator("loss")
     @classmethod
@@ -101,6 +119,9 @@ class IterationSource(BatchSource):
         self.epoch, self.position = state.get("epoch", 0), state.get("position", 0)
         self.counts: Counter = Counter(state.get("counts", {}))
         self.pairs: pa.Table | None = (state.get("tables") or {}).get("pairs")
+        # the iteration's verifier-labelled samples, for the judge loss (iterations.judge_coef)
+        self.examples: pa.Table | None = (state.get("tables") or {}).get("examples")
+        self._examples_ref = None
         self.order = self._shuffle() if self.pairs is not None else None
         self.iteration_info: dict = dict(state.get("iteration_info", {}))
         self.snapshots = Path(ctx.run_dir) / "iterations"
@@ -202,6 +223,8 @@ class IterationSource(BatchSource):
         guard = {}
         if cfg.labels:
             scores, guard = self._with_labels(samples, scores)
+            if cfg.judge_coef:
+                self.examples, self._examples_ref = labelled_rows(samples, ctx.config.fn_rewards()[0].name), None
         chosen, rejected, stats = best_worst_pairs(groups, scores, margin=cfg.margin)
         rejected_text = samples.column("response").take(pa.array(rejected, pa.int64())).to_pylist()
         if cfg.anchored_rejection:  # the worst of the initial model's samples, judged by model i
@@ -287,8 +310,26 @@ class IterationSource(BatchSource):
     async def snapshot(self) -> dict:
         return {"iteration": self.iteration, "phase": self.phase, "epoch": self.epoch, "position": self.position,
                 "counts": dict(self.counts), "iteration_info": self.iteration_info, "pieces": [],
-                "tables": {"pairs": self.pairs} if self.pairs is not None and self.phase == "train" else {}}
+                "tables": {"pairs": self.pairs, **({"examples": self.examples} if self.examples is not None else {})}
+                if self.pairs is not None and self.phase == "train" else {}}
 
+    def examples_ref(self):
+        """The iteration's labelled samples in the object store (put once per iteration), or None."""
+        if self.examples is None or not self.examples.num_rows:
+            return None
+        if self._examples_ref is None:
+            self._examples_ref = ray.put(self.examples)
+        return self._examples_ref
+
+
+
+def labelled_rows(samples: pa.Table, label: str) -> pa.Table:
+    """The samples the verifier labelled (`prompt`, `response` and the label's reward column)."""
+    column = B.REWARD_PREFIX + label
+    if column not in samples.schema.names:
+        return samples.slice(0, 0).select(["prompt", "response"])
+    known = ~np.isnan(samples.column(column).to_numpy(zero_copy_only=False).astype(np.float64))
+    return samples.filter(pa.array(known)).select(["prompt", "response", column])
 
 
 class SelfRewarding(GRPO):
@@ -305,6 +346,11 @@ class SelfRewarding(GRPO):
         if not config.judge.separate:
             roles.pop("judge", None)  # the generators judge: one pool holds each iteration's weights
         return roles
+
+    @classmethod
+    def extra_objectives(cls, config) -> list[dict]:
+        it = getattr(config, "iterations", None)
+        return [it.objective(config)] if it is not None and it.judge_coef else []
 
     @classmethod
     def credit(cls, config, sources: Sources):
@@ -328,7 +374,8 @@ class SelfRewarding(GRPO):
         cfg = ctx.config.iterations
         params = {} if cfg.loss == "raft" else {"tau": cfg.beta} if cfg.loss == "ipo" else {"beta": cfg.beta}
         metrics = await ctx.pools["policy_learner"].call("train_preference", *tables, loss=cfg.loss, params=params,
-                                                         nll_weight=cfg.nll_weight, table=False)
+                                                         nll_weight=cfg.nll_weight, examples=self.source.examples_ref(),
+                                                         table=False)
         await publish(ctx, "policy", metrics["version"])
         return {**metrics, **self.source.iteration_info, "iter/epoch": self.source.epoch}
 

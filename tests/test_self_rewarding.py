@@ -12,10 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from actors.judging import parse_scores
+from actors.judging import parse_scores, render, single_token, yes_probability
+from actors.learner import Learner
 from coevo_cli import coevo, read_metrics, small
-from orchestrator.config import load_config
+from orchestrator.config import ConfigError, load_config
 from pipelines.self_rewarding import kendall_consistency
+from test_learner import make_config
+from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures shared with test_learner)
 
 
 def test_a_judgment_without_a_score_is_null_with_a_reason():
@@ -59,6 +62,30 @@ def test_the_shipped_self_rewarding_recipe_adds_iterative_rpos_nll():
     assert config.iterations.nll_weight == 1.0 and config.iterations.loss == "dpo"
 
 
+def test_the_preference_step_also_trains_the_judge_on_labelled_samples(reward_fn, scored) -> None:  # noqa: F811
+    """iterations.judge_coef: the self_judge objective rides the preference step on the iteration's
+    labelled samples: its loss is the verdict's cross-entropy on them, with the model of the step."""
+    config = make_config(reward_fn)
+    learner = Learner(config, objectives=["preference", {"name": "self_judge", "per_update": 1000, "coef": 0.5}])
+    learner.snapshot_reference()
+    prompts, responses = scored.column("prompt").to_pylist(), scored.column("response").to_pylist()
+    pairs = pa.table({"prompt": prompts[:2], "chosen": responses[:2], "rejected": responses[2:4]})
+    tok = learner.tokenizer
+    p_yes = yes_probability(learner.model, tok, [render("{prompt}{response}?", p, r) for p, r in zip(prompts, responses)],
+                            single_token(tok, "Y", "y"), single_token(tok, "N", "n"), "cpu")
+    ok = np.array(scored.column("reward.varied").to_pylist()) >= 0.5
+    metrics = learner.train_preference(pairs, examples=scored.select(["prompt", "response", "reward.varied"]))
+    assert metrics["self_judge/loss"] == pytest.approx(float(np.mean(-np.log(np.where(ok, p_yes, 1 - p_yes)))), rel=1e-4)
+    assert metrics["self_judge/examples"] == scored.num_rows and metrics["version"] == 1
+    assert "self_judge/loss" not in learner.train_preference(pairs)  # no samples: the preference loss alone
+
+
+def test_judge_coef_needs_the_labels():
+    with pytest.raises(ConfigError, match="iterations.judge_coef=0.1 trains the judge on the iteration's "
+                       "verifier-labelled samples; iterations.labels is false"):
+        load_config("self_rewarding", ["iterations.judge_coef=0.1", "iterations.labels=false"])
+
+
 @pytest.mark.slow
 @pytest.mark.long  # ~1 min: the main suite stays near 15 minutes; CI's long stage runs it
 def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_path) -> None:
@@ -67,12 +94,14 @@ def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_pat
                  "{name: correct, fn: integer_match, weight: 0}]", "verifier.accuracy_source=correct",
                  "iterations.iterations=2", "iterations.prompts=32", "iterations.epochs=2",
                  "iterations.batch_pairs=2", "iterations.cream=weight", "train.eval_every=3",
+                 # the judge loss on the labelled half's samples, checkpointed with the pairs
+                 "verifier.fraction=0.5", "iterations.labels=true", "iterations.judge_coef=0.5",
                  # diverse samples, so most prompts make a pair (identical responses tie)
                  "rollout.samples_per_prompt=8", "rollout.temperature=2.0")
     out = coevo([*args, "train.max_steps=3", "--output-dir", str(run_dir)], ray_env, tmp_path)
     assert "iteration 0:" in out
     state = json.loads((run_dir / "checkpoints" / "final" / "loop_state.json").read_text())["rollouts"]
-    assert state["phase"] == "train" and state["iteration"] == 0 and state["tables_index"] == ["pairs"]
+    assert state["phase"] == "train" and state["iteration"] == 0 and sorted(state["tables_index"]) == ["examples", "pairs"]
     first = read_metrics(run_dir)
     out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=200"], ray_env, tmp_path)
     assert "iteration 0:" not in out and "iteration 1:" in out  # iteration 0's pairs were restored
@@ -81,6 +110,7 @@ def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_pat
     assert rows[3]["iter/index"] == 0 and rows[-1]["iter/index"] == 1
     assert rows[3]["iter/pairs"] == first[-1]["iter/pairs"]
     assert all(r["pref/loss"] > 0 for r in rows) and rows[-1]["version"] == len(rows)
+    assert all(r["self_judge/examples"] > 0 for r in rows)  # the restored iteration's samples too
     assert (run_dir / "iterations" / "iter_1" / "config.json").is_file()
     assert any("eval/judge_auroc" in r for r in rows)
 

@@ -36,6 +36,7 @@ class Objective:
     name = "objective"
     columns: tuple[str, ...] = ()  # the batch columns its step reads
     needs_tail = False  # riders: whether `term` needs the logits after each response's last token
+    rides_alone = False  # riders: whether `begin` alone makes its loss (it can ride a preference step too)
 
     def __init__(self, learner):
         self.learner = learner

@@ -1,6 +1,8 @@
 """Preference optimisation on (prompt, chosen, rejected) pairs: a pairwise loss from the registry
 (dpo, ipo, simpo, ...) against the learner's frozen reference, optionally plus the chosen responses'
-NLL (RPO), or `raft`: supervised fine-tuning on the chosen responses. One optimizer step a call."""
+NLL (RPO), or `raft`: supervised fine-tuning on the chosen responses. One optimizer step a call.
+Given labelled samples (`examples`), the learner's other objectives that ride along a step by
+themselves (`begin` only: self_judge, rehearsal) add their loss to the same step."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ class Preference(Objective):
     name = "preference"
     columns = ("prompt", "chosen", "rejected")
 
-    def step(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None, nll_weight: float = 0.0) -> dict:
+    def step(self, pairs: pa.Table, loss: str = "dpo", params: dict | None = None, nll_weight: float = 0.0,
+             examples: pa.Table | None = None) -> dict:
         from actors.algorithms import PREFERENCE_LOSSES
         from actors.algorithms.preference import sft_nll
 
@@ -56,9 +59,24 @@ class Preference(Objective):
             log.warning("non-finite preference loss %s: step skipped", float(total))
             return {"version": lrn.version, "pref/step_skipped": 1.0}
         total.backward()
+        riders = self.riders(examples)
+        for rider in riders:
+            rider.prepare(examples, {})
+            rider.begin({}, torch.arange(n))
         grad_norm = lrn.clip_grads(lrn.algo.grad_clip)
         lrn.optimizer.step()
         lrn.version += 1
         out = {"version": lrn.version, "pref/loss": total.item(), "pref/pairs": n, "train/grad_norm": float(grad_norm)}
         out.update({f"pref/{k}": float(v) for k, v in stats.items()})
+        for rider in riders:
+            out.update(rider.metrics({}, 1))
         return out
+
+    def riders(self, examples: pa.Table | None) -> list[Objective]:
+        """The objectives that train on `examples` in this step: those whose columns it has and whose
+        loss needs no forward pass of the step's own (`begin` alone: not the RL step's riders)."""
+        if examples is None:
+            return []
+        return [o for o in self.learner.objectives.values()
+                if o is not self and o.rides_alone
+                and all(c in examples.schema.names for c in o.columns)]

@@ -35,6 +35,7 @@ MODES = ("pointwise", "pairwise", "reflective")
 class SelfJudge(Objective):
     name = "self_judge"
     columns = ("prompt", "response")
+    rides_alone = True  # its loss is its own forward pass: it can ride a preference step too
 
     def __init__(self, learner, coef: float = 0.5, per_update: int = 64, threshold: float = 0.5,
                  mode: str = "pointwise", pair_template: str = "{prompt}{a}|{b}?", first: str = "A",
