@@ -81,6 +81,9 @@ class IterationsConfig(Section):
             raise ValueError(f"iterations.judge_coef={self.judge_coef} trains the judge on the iteration's "
                              "verifier-labelled samples; iterations.labels is false, so there are none: set "
                              "iterations.labels=true")
+        if self.judge_coef and config.judge.separate:
+            raise ValueError(f"iterations.judge_coef={self.judge_coef} trains the policy as its own judge; with "
+                             "judge.separate=true a model apart judges: set one of them off")
 
     def objective(self, config) -> dict:
         """The self_judge objective the preference step carries (judge_coef > 0)."""
@@ -320,7 +323,6 @@ class IterationSource(BatchSource):
         if self._examples_ref is None:
             self._examples_ref = ray.put(self.examples)
         return self._examples_ref
-
 
 
 def labelled_rows(samples: pa.Table, label: str) -> pa.Table:

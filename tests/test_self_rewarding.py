@@ -80,10 +80,13 @@ def test_the_preference_step_also_trains_the_judge_on_labelled_samples(reward_fn
     assert "self_judge/loss" not in learner.train_preference(pairs)  # no samples: the preference loss alone
 
 
-def test_judge_coef_needs_the_labels():
+def test_judge_coef_needs_the_labels_and_the_policy_as_judge():
     with pytest.raises(ConfigError, match="iterations.judge_coef=0.1 trains the judge on the iteration's "
                        "verifier-labelled samples; iterations.labels is false"):
         load_config("self_rewarding", ["iterations.judge_coef=0.1", "iterations.labels=false"])
+    with pytest.raises(ConfigError, match="iterations.judge_coef=0.1 trains the policy as its own judge; with "
+                       "judge.separate=true a model apart judges"):
+        load_config("self_rewarding", ["iterations.judge_coef=0.1", "judge.separate=true"])
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 (dpo, ipo, simpo, ...) against the learner's frozen reference, optionally plus the chosen responses'
 NLL (RPO), or `raft`: supervised fine-tuning on the chosen responses. One optimizer step a call.
 Given labelled samples (`examples`), the learner's other objectives that ride along a step by
-themselves (`begin` only: self_judge, rehearsal) add their loss to the same step."""
+themselves (`rides_alone`: self_judge) add their loss to the same step."""
 
 from __future__ import annotations
 
