@@ -147,8 +147,8 @@ def held_out_accuracy(task: dict, warm: Path, train: Path, eval_: Path) -> float
                         "answer": [r["answer"] for r in rows]})
     out, _ = Generator(config, str(warm)).generate(prompts, greedy=True)
     verify = REWARD_FUNCTIONS.get(task["verifier"])
-    scores = [verify(prompt=p, response=r, answer=a) for p, r, a in
-              zip(out.column("prompt").to_pylist(), out.column("response").to_pylist(), out.column("answer").to_pylist())]
+    columns = [out.column(c).to_pylist() for c in ("prompt", "response", "answer")]
+    scores = [verify(prompt=p, response=r, answer=a) for p, r, a in zip(*columns)]
     return float(sum(s >= 0.5 for s in scores) / len(scores))
 
 
@@ -351,7 +351,8 @@ def main() -> None:
     print("\n" + text)
     summary = write_summary("self_judges", name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
-        f"{args.prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, {args.eval_prompts} judge eval prompts; warm-ups: judge "
+        f"{args.prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, "
+        f"{args.eval_prompts} judge eval prompts; warm-ups: judge "
         f"{args.judge_warmup} (task share {args.judge_task_fraction}), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; guard {args.guard}; credit {args.credit} "
         f"(every variant for {args.ablate or 'no recipe'}); "
         f"overrides {args.extra or 'none'}"))

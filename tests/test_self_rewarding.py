@@ -71,11 +71,12 @@ def test_the_preference_step_also_trains_the_judge_on_labelled_samples(reward_fn
     prompts, responses = scored.column("prompt").to_pylist(), scored.column("response").to_pylist()
     pairs = pa.table({"prompt": prompts[:2], "chosen": responses[:2], "rejected": responses[2:4]})
     tok = learner.tokenizer
-    p_yes = yes_probability(learner.model, tok, [render("{prompt}{response}?", p, r) for p, r in zip(prompts, responses)],
-                            single_token(tok, "Y", "y"), single_token(tok, "N", "n"), "cpu")
+    texts = [render("{prompt}{response}?", p, r) for p, r in zip(prompts, responses)]
+    p_yes = yes_probability(learner.model, tok, texts, single_token(tok, "Y", "y"), single_token(tok, "N", "n"), "cpu")
     ok = np.array(scored.column("reward.varied").to_pylist()) >= 0.5
     metrics = learner.train_preference(pairs, examples=scored.select(["prompt", "response", "reward.varied"]))
-    assert metrics["self_judge/loss"] == pytest.approx(float(np.mean(-np.log(np.where(ok, p_yes, 1 - p_yes)))), rel=1e-4)
+    expected = float(np.mean(-np.log(np.where(ok, p_yes, 1 - p_yes))))
+    assert metrics["self_judge/loss"] == pytest.approx(expected, rel=1e-4)
     assert metrics["self_judge/examples"] == scored.num_rows and metrics["version"] == 1
     assert "self_judge/loss" not in learner.train_preference(pairs)  # no samples: the preference loss alone
 
@@ -104,7 +105,8 @@ def test_self_rewarding_resumes_inside_an_iteration(ray_env, warm_cache, tmp_pat
     out = coevo([*args, "train.max_steps=3", "--output-dir", str(run_dir)], ray_env, tmp_path)
     assert "iteration 0:" in out
     state = json.loads((run_dir / "checkpoints" / "final" / "loop_state.json").read_text())["rollouts"]
-    assert state["phase"] == "train" and state["iteration"] == 0 and sorted(state["tables_index"]) == ["examples", "pairs"]
+    assert state["phase"] == "train" and state["iteration"] == 0
+    assert sorted(state["tables_index"]) == ["examples", "pairs"]
     first = read_metrics(run_dir)
     out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=200"], ray_env, tmp_path)
     assert "iteration 0:" not in out and "iteration 1:" in out  # iteration 0's pairs were restored

@@ -94,7 +94,7 @@ def test_reflective_self_judge_trains_the_verdict_after_its_own_reflection(rewar
     assert metrics["self_judge/examples"] == scored.num_rows
 
 
-def test_the_self_judge_replays_the_last_batches_examples_and_checkpoints_them(reward_fn, scored, tmp_path) -> None:  # noqa: F811
+def test_the_self_judge_replays_the_last_batches_and_checkpoints_them(reward_fn, scored, tmp_path) -> None:  # noqa: F811
     """spark.replay: the last `replay` batches' labelled rollouts stay in the judge's draw beside this
     batch's, the oldest drop out, and a learner restored from a checkpoint replays the same ones."""
     config = make_config(reward_fn)

@@ -67,7 +67,8 @@ def test_the_game_starts_from_one_verified_correct_response_per_prompt():
     (["spc.template='{prompt}!'"], "spc.template must contain {response}"),
     (["spc.variants=1"], "spc.variants"),
     (["spc.gamez=3"], "unknown key 'spc.gamez'"),
-    (["spc.replay=2", "spc.policy_items=0"], "spc.replay=2 replays the policy's labelled rollouts to the critic; spc.policy_items is 0"),
+    (["spc.replay=2", "spc.policy_items=0"],
+     "spc.replay=2 replays the policy's labelled rollouts to the critic; spc.policy_items is 0"),
 ])
 def test_config_errors_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
