@@ -111,8 +111,10 @@ def extend_held_out(task: str, train: Path, eval_: Path, size: int) -> int:
     from runs import read_jsonl
 
     held = read_jsonl(eval_)
-    if size <= len(held):
-        return len(held)
+    if size < len(held):
+        raise SystemExit(f"--held-out {size}: the task holds {len(held)} held-out prompts already; give at least that")
+    if size == len(held):
+        return size
     if task != "sorting":
         raise SystemExit(f"--held-out {size}: only the sorting task has problems to spare; {task} keeps its "
                          f"{len(held)}")
