@@ -3,23 +3,17 @@ are in neither split, the same ones every time, and the errors for what it canno
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from bench_module import load
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("self_judges", BENCH / "self_judges.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("self_judges")
 
 
 def write(path: Path, rows: list[dict]) -> Path:
