@@ -87,6 +87,18 @@ def checkpoint_steps(run_dir) -> list[int]:
     return sorted(int(p.name[len("step_"):]) for p in (run_dir / "checkpoints").glob("step_*"))
 
 
+SLOW_REWARD = '''
+import time
+
+from actors.rewards.text import integer_match
+
+
+def slowly(prompt, response, answer, **columns):
+    time.sleep(0.03)
+    return integer_match(prompt, response, answer, **columns)
+'''
+
+
 @pytest.mark.slow
 @pytest.mark.long  # 95 s: CI's long stage; the main suite's resume test is test_grpo_run_writes_run_dir_and_resumes
 def test_sigint_then_a_killed_driver_resume_to_match_an_uninterrupted_run(ray_env, warm_cache, tmp_path) -> None:
@@ -94,8 +106,11 @@ def test_sigint_then_a_killed_driver_resume_to_match_an_uninterrupted_run(ray_en
     how to resume; the resumed run, killed outright after a periodic checkpoint and a step past it
     (the driver and its embedded cluster, no goodbye), resumes from that checkpoint. The result
     matches an uninterrupted run step for step, with no sample lost or trained on twice."""
+    # each step at least ~1 s (the default reward, slowed), so the resumed run cannot finish between
+    # two polls of the window "a new checkpoint and a step past it" (CI saw 5 steps in a second)
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
     args = small(warm_cache, "train.max_steps=12", "train.eval_every=4", "train.checkpoint_every=0",
-                 "train.dump_rollouts=true")
+                 "train.dump_rollouts=true", "rewards=[{name: integer_match, fn: 'slow_reward:slowly'}]")
     reference = tmp_path / "reference"
     coevo([*args, "--output-dir", str(reference)], ray_env, tmp_path)
     expected = read_metrics(reference)
