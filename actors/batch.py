@@ -22,6 +22,9 @@ VERSION_KEY = b"coevo.schema_version"
 
 REWARD_PREFIX = "reward."
 REWARD_ERROR_PREFIX = "reward_error."
+# SFT rows (prompt, answer) whose answer is a teacher's sample: trained towards the teacher's whole
+# next-token distribution, not the sampled token (actors/objectives/sft.py, judge.warmup_task=distill)
+DISTILL = "distill"
 FINISH_REASONS = ("stop", "length", "error")
 # an actor's info key for what a batch adds to statistics the driver holds (orchestrator.held_state)
 DELTA_KEY = "state_delta"  # {"batch": str | None, "state": the actor's delta}

@@ -55,7 +55,7 @@ class Learner(Trainable):
             self.reference = lora.AdapterOff(self.model) if self.lora else \
                 copy.deepcopy(self.model).eval().requires_grad_(False).to(self.frozen_dtype())
         self.skipped_steps = 0
-        self._sft_optimizer = self._sft_lr = None
+        self._sft_optimizer = self._sft_lr = self._teacher = None
         self.objectives = build(DEFAULT_OBJECTIVES if objectives is None else objectives, self)
         self.optimizer = self._new_optimizer(self.lr)
 
@@ -222,8 +222,18 @@ class Learner(Trainable):
             self._sft_lr = lr
         return self._sft_optimizer
 
+    def warmup_teacher(self) -> torch.nn.Module:
+        """A frozen copy of the policy as it was when a warm-up first asked for it (the SFT objective's
+        `distill` rows: judge.warmup_task=distill), held until the warm-up ends."""
+        if self._teacher is None:
+            if self.ranks.sharded:
+                raise RuntimeError("a distilled warm-up holds a whole frozen copy of the policy; it does not run "
+                                   "under learner.strategy=fsdp2")
+            self._teacher = copy.deepcopy(self.model).eval().requires_grad_(False)
+        return self._teacher
+
     def end_warmup(self) -> None:
-        self._sft_optimizer = self._sft_lr = None
+        self._sft_optimizer = self._sft_lr = self._teacher = None
         if self.lora:
             lora.train_adapters(self.model)
         self.reset_optimizer()

@@ -264,9 +264,10 @@ def main() -> None:
     parser.add_argument("--judge-task-fraction", type=float, default=0.5,
                         help="judge.warmup_task_fraction: the share of each judging warm-up batch that rehearses the "
                              "policy's own greedy answers (0.75 keeps the policy's accuracy where it was, --gap)")
-    parser.add_argument("--judge-task", choices=["own", "own_samples"], default="own",
-                        help="judge.warmup_task: what the task share rehearses, the policy's greedy answers (own) or "
-                             "its sampled ones (own_samples, which keep its distribution)")
+    parser.add_argument("--judge-task", choices=["own", "own_samples", "distill"], default="own",
+                        help="judge.warmup_task: what the task share rehearses, the policy's greedy answers (own), "
+                             "its sampled ones (own_samples, which keep its distribution) or those samples distilled "
+                             "from the warm policy's next-token distributions (distill)")
     parser.add_argument("--judge-separate", action="store_true",
                         help="judge.separate for every recipe but spark (which trains its judge in the policy): "
                              "the judging warm-up trains a judge apart, and the policy starts RL where it was")

@@ -285,11 +285,11 @@ def test_the_judging_warm_up_reads_only_labelled_prompts():
 
 
 
-@pytest.mark.parametrize("kind, asked", [("own", {"greedy": True}), ("own_samples", {"n": 3})])
+@pytest.mark.parametrize("kind, asked", [("own", {"greedy": True}), ("own_samples", {"n": 3}), ("distill", {"n": 3})])
 def test_the_warm_ups_task_share_rehearses_greedy_or_sampled_answers(kind, asked):
-    """`own` asks the generators for one greedy answer a prompt, `own_samples` for
+    """`own` asks the generators for one greedy answer a prompt, `own_samples` (and `distill`) for
     `judge.warmup_task_samples` sampled ones (which keep the policy's distribution); empty answers
-    are left out of the SFT rows."""
+    are left out of the SFT rows; `distill` marks its rows for the SFT objective's KL."""
     import asyncio
     from types import SimpleNamespace
 
@@ -316,6 +316,8 @@ def test_the_warm_ups_task_share_rehearses_greedy_or_sampled_answers(kind, asked
     n = asked.get("n", 1)
     assert rows.column("prompt").to_pylist() == ["a"] * n + ["c"] * n  # prompt b's answers were empty
     assert rows.column("answer").to_pylist() == [f"{p}:{i}" for p in "ac" for i in range(n)]
+    assert (rows.column("distill").to_pylist() == [True] * 2 * n) if kind == "distill" else \
+        "distill" not in rows.schema.names
     assert asyncio.run(task_rows(ctx, "answers")).column("answer").to_pylist() == ["x", "y", "z"]
 
 # ---- the shipped recipes' guard (issue 32: Cooper as first shipped took a policy from 0.63 to 0.17) ----
@@ -371,3 +373,11 @@ def test_shipped_self_rewarding_drops_its_judge_at_chance_from_an_iterations_pai
     samples = pa.table({B.REWARD_PREFIX + label: pa.array([1, 0, 1, 0, None, None], pa.float32())})
     scores, info = source._with_labels(samples, np.array([0.8, 0.8, 0.2, 0.2, 0.9, 0.1]))  # at chance
     assert info["iter/guarded"] == 1.0 and np.isnan(scores[4:]).all()  # the unlabelled prompts give no pairs
+
+
+def test_a_distilled_warm_up_is_refused_under_fsdp2():
+    from orchestrator.config import load_config
+
+    with pytest.raises(ValueError, match="distill.*fsdp2"):
+        load_config("self_judged_grpo", ["judge.warmup_task=distill", "judge.warmup_steps=5",
+                                         "learner.strategy=fsdp2"])

@@ -271,6 +271,36 @@ def test_sft_loss_on_packed_sequences_equals_the_masked_answer_loss(config, prom
     assert learner.sft_step(prompts, lr=1e-9)["warmup/loss"] == pytest.approx(expected, rel=1e-5)
 
 
+def test_distilled_rows_learn_the_teachers_distribution_and_the_others_their_answers(config):
+    """`distill` rows: the KL from the warm-up's frozen teacher (the policy when the warm-up first
+    distils), zero at the start and with no gradient; the other rows: cross-entropy on their answers,
+    the token mean over both. Moving the policy on plain rows makes the distilled ones pull it back."""
+    learner = Learner(config)
+    plain = pa.table({"prompt": ["1+2=", "13+96="], "answer": ["3", "109"], "distill": [False, False]})
+    own = pa.table({"prompt": ["7+80=", "2+2="], "answer": ["87", "5"], "distill": [True, True]})
+    both = pa.concat_tables([plain, own])
+    sft = learner.objectives["sft"]
+    ids, targets = sft.packed_answers(both)
+    with torch.no_grad():
+        logits = learner.model(input_ids=ids).logits.float()
+        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    mask = targets != -100
+    plain_tokens = mask[:2].sum()
+    # at the start the teacher is the model: the distilled rows add nothing but their token count
+    expected = float((ce.view_as(mask)[:2] * mask[:2]).sum() / mask.sum())
+    assert learner.sft_step(both, lr=1e-9)["warmup/loss"] == pytest.approx(expected, rel=1e-4)
+    assert learner.sft_step(own, lr=1e-9)["warmup/loss"] == pytest.approx(0.0, abs=1e-6)
+    assert plain_tokens < mask.sum()
+    for _ in range(10):  # the policy moves away from the teacher ...
+        learner.sft_step(plain.drop_columns(["distill"]), lr=3e-3)
+    pulled = [learner.sft_step(own, lr=3e-3)["warmup/loss"] for _ in range(10)]
+    assert pulled[0] > 1e-3 and pulled[-1] < pulled[0]  # ... and the KL brings it back
+    teacher = learner.warmup_teacher()
+    assert all(not p.requires_grad for p in teacher.parameters())
+    learner.end_warmup()
+    assert learner._teacher is None
+
+
 def test_async_warm_up_uses_every_core_then_gives_them_back(config, prompts):
     """Async roles get one torch thread each (they share the cores), but the SFT warm-up runs alone:
     it takes every core, and training afterwards is back on the role's share."""

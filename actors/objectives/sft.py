@@ -7,6 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import torch
 
+from actors.batch import DISTILL
 from actors.objectives import OBJECTIVES, Objective
 
 
@@ -66,8 +67,13 @@ class SFT(Objective):
     def step(self, prompts: pa.Table, optimizer: torch.optim.Optimizer) -> dict[str, float]:
         lrn = self.learner
         ids, targets = self.packed_answers(prompts)
-        logits = lrn.model(input_ids=ids.to(lrn.device)).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.to(lrn.device).flatten())
+        ids, targets = ids.to(lrn.device), targets.to(lrn.device)
+        logits = lrn.model(input_ids=ids).logits.float()
+        distill = self.distilled_rows(prompts)
+        if distill is None:
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        else:
+            loss = self.mixed_loss(logits, ids, targets, distill.to(lrn.device))
         optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"warm-up loss is {float(loss)}; lower warmup.lr")
@@ -75,6 +81,29 @@ class SFT(Objective):
         lrn.clip_grads(1.0)
         optimizer.step()
         return {"warmup/loss": loss.item()}
+
+    @staticmethod
+    def distilled_rows(prompts: pa.Table) -> torch.Tensor | None:
+        """The rows of a `distill` column that are true (None where there is none or none is)."""
+        if DISTILL not in prompts.schema.names:
+            return None
+        rows = torch.tensor(prompts.column(DISTILL).to_pylist(), dtype=torch.bool)
+        return rows if bool(rows.any()) else None
+
+    def mixed_loss(self, logits: torch.Tensor, ids: torch.Tensor, targets: torch.Tensor,
+                   distill: torch.Tensor) -> torch.Tensor:
+        """Token mean over every answer token: cross-entropy on the rows' answers, except on the
+        `distill` rows, whose tokens give the KL from the frozen teacher's next-token distribution
+        (the learner's `warmup_teacher`, the policy as the warm-up found it) to the model's. On the
+        teacher's own samples that is cross-entropy's expectation without its sampling noise: a
+        rehearsal that keeps the policy's distribution, greedy answer and spread alike."""
+        mask = targets != -100
+        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        with torch.no_grad():
+            teacher = torch.log_softmax(self.learner.warmup_teacher()(input_ids=ids).logits.float(), -1)
+        kl = (teacher.exp() * (teacher - torch.log_softmax(logits, -1))).sum(-1)
+        per_token = torch.where(distill[:, None], kl, ce.view_as(kl))
+        return (per_token * mask).sum() / mask.sum().clamp(min=1)
 
     @torch.no_grad()
     def answer_accuracy(self, prompts: pa.Table) -> float:

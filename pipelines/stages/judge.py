@@ -56,9 +56,12 @@ class JudgeConfig(Section):
     # scarce-label comparisons use it, so the judge's warm-up does not do the RL's job); `own_samples`,
     # the warm policy's sampled answers (`warmup_task_samples` a prompt, the rollout's temperature):
     # fine-tuning on them keeps the policy's distribution, where greedy answers collapse it (measured on
-    # sorting: distinct answers in a group of 8 fell from 4.6 to 2.4 after the `own` warm-up)
-    warmup_task: Literal["answers", "own", "own_samples"] = "answers"
-    # own_samples: sampled answers per training prompt
+    # sorting: distinct answers in a group of 8 fell from 4.6 to 2.4 after the `own` warm-up);
+    # `distill`, the same samples, each token trained towards the warm policy's whole next-token
+    # distribution (the KL from a frozen copy of it, held for the warm-up) rather than the one token
+    # sampled: the rehearsal without its sampling noise
+    warmup_task: Literal["answers", "own", "own_samples", "distill"] = "answers"
+    # own_samples, distill: sampled answers per training prompt
     warmup_task_samples: int = Field(4, gt=0)
     # a judge apart from the policy: the judging warm-up trains a copy, and what it changed (the judge
     # vector, actors/judge_vector.py) is added to each policy version in a judge pool of its own; the
@@ -86,6 +89,9 @@ class JudgeConfig(Section):
             raise ValueError(f"judge.separate: recipe {config.recipe!r} trains or reads its judge inside the policy "
                              "itself; a judge apart works with the recipes that can judge in a pool of their own "
                              "(grpo's family with a judge reward, spc, self_rewarding)")
+        if self.warmup_task == "distill" and self.warmup_steps and config.learner.strategy == "fsdp2":
+            raise ValueError("judge.warmup_task: distill holds a whole frozen copy of the policy for the judging "
+                             "warm-up, which learner.strategy=fsdp2 does not; use own_samples there")
         if self.separate and config.rollout.backend != "hf":
             raise ValueError(f"judge.separate: true with rollout.backend={config.rollout.backend!r}: the judge pool adds "
                              "the judge vector to each version it loads, which only the hf backend does here")
@@ -108,7 +114,7 @@ APART = ("judge.separate: that was the judge's copy; the policy starts RL where 
 def cache_path(config, source: str | None) -> Path:
     # `separate` does not change the warm-up (only where its result goes); warmup_task_samples is in
     # the key only where it is used, so keys made before it existed still hit
-    unused = {"separate"} | ({"warmup_task_samples"} if config.judge.warmup_task != "own_samples" else set())
+    unused = {"separate"} | ({"warmup_task_samples"} if config.judge.warmup_task in ("answers", "own") else set())
     return stage_path(config, "judges", source, config.accuracy_source(),
                       {"judge": config.judge.model_dump(exclude=unused)})
 
@@ -143,7 +149,8 @@ def labelled_prompts(train: pa.Table, limit: int) -> pa.Table:
 
 async def task_rows(ctx, kind: str, limit: int = 2048, samples: int = 4) -> pa.Table:
     """The task share's SFT rows (prompt, answer): the reference answers, or the current policy's
-    answers to up to `limit` training prompts: greedy (`own`) or `samples` sampled ones (`own_samples`)."""
+    answers to up to `limit` training prompts: greedy (`own`) or `samples` sampled ones (`own_samples`;
+    `distill` marks them so, a `distill` column the SFT objective reads)."""
     train = ctx.prompts.train
     if kind == "answers":
         return train.select(["prompt", "answer"])
@@ -155,8 +162,14 @@ async def task_rows(ctx, kind: str, limit: int = 2048, samples: int = 4) -> pa.T
     table = B.concat(list(await asyncio.gather(*[t for t, _ in parts])))
     answers = table.column("response").to_pylist()
     keep = [i for i, a in enumerate(answers) if a]
-    return pa.table({"prompt": table.column("prompt").take(pa.array(keep)),
+    rows = pa.table({"prompt": table.column("prompt").take(pa.array(keep)),
                      "answer": pa.array([answers[i] for i in keep], pa.string())})
+    return marked(rows, True) if kind == "distill" else rows
+
+
+def marked(rows: pa.Table, distill: bool) -> pa.Table:
+    """`rows` with the SFT objective's `distill` column (the distilled task share beside judge rows)."""
+    return rows.append_column(B.DISTILL, pa.array([distill] * rows.num_rows, pa.bool_()))
 
 
 async def agreement(ctx, held_out: pa.Table) -> tuple[float, float | None]:
@@ -196,6 +209,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                           seed=cfg.seed + 2)
     judged = PromptSampler(rows, seed=cfg.seed + 3)
     n_task = int(judge.warmup_batch_size * judge.warmup_task_fraction)
+    judge_batch = (lambda t: marked(t, False)) if judge.warmup_task == "distill" and n_task else (lambda t: t)
     steps, block, loss = 0, judge.warmup_resample or 25, float("nan")
     drawn = (f"re-drawn from the policy every {judge.warmup_resample} steps" if judge.warmup_resample
              else "drawn once from the warm policy")
@@ -217,7 +231,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
                                    "wrong; training on the previous draw's examples")
         n_judge = min(judge.warmup_batch_size - n_task, judged.table.num_rows)
         n = min(block, judge.warmup_steps - steps)
-        batches = [pa.concat_tables([judged.next(n_judge)] + ([tasks.next(n_task)] if n_task else [])) for _ in range(n)]
+        batches = [pa.concat_tables([judge_batch(judged.next(n_judge))] + ([tasks.next(n_task)] if n_task else []))
+                   for _ in range(n)]
         loss = await learner.call("sft_steps", batches, judge.warmup_lr, table=False)
         steps += n
         progress.update(steps, f"loss {loss:.3f}")
