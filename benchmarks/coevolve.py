@@ -28,9 +28,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from runs import coevo_command  # noqa: E402
 from summary import raw_path, write as write_summary  # noqa: E402
 
-COEVO = [str(Path(sys.executable).parent / "coevo")]
+COEVO = coevo_command()  # the installed script, else the module (a source tree not pip-installed)
 
 
 def coevo(config: str, overrides: list[str], out: Path, log: Path) -> dict:

@@ -170,13 +170,15 @@ def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, w
     """GRPO whose reward is the policy's own judgment reports how good the judge is, and flags
     hacking between evaluations. Run without the loopback switch in the environment: the embedded
     cluster binds to 127.0.0.1 by itself. The same run logs Co-Reward (weight 0) over commuted
-    question pairs: the paired prompts stay paired."""
+    question pairs: the paired prompts stay paired. Its judging warm-up distils the task share
+    (`judge.warmup_task=distill`: the learner holds a frozen teacher for it, then lets it go)."""
     env = {k: v for k, v in ray_env.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     run_dir = tmp_path / "run"
     out = coevo(small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}, "
                       "{name: co, fn: co_reward, group_by: pair_id, weight: 0}]", "data.analogs=commuted",
                       "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=4",
                       "judge.warmup_steps=4", "judge.warmup_resample=2", "judge.warmup_batch_size=8",
+                      "judge.warmup_task=distill", "judge.warmup_task_samples=2",
                       "train.eval_every=2", "train.dump_rollouts=true", "--output-dir", str(run_dir)), env, tmp_path)
     assert "started a local Ray cluster (2 CPUs, 127.0.0.1:" in out
     assert "judging warm-up 2: loss" in out and "judging warm-up 4: loss" in out  # re-drawn once
