@@ -107,6 +107,9 @@ class JudgeConfig(Section):
             "template", "mode", "yes", "no", "samples", "max_new_tokens", "pattern", "scale"}))}
 
 MARKER = "judge_warmup.json"
+TASK_SHARE = {"answers": "reference answers", "own": "the warm policy's greedy answers",
+              "own_samples": "the warm policy's sampled answers",
+              "distill": "the warm policy's sampled answers, distilled from it"}
 APART = ("judge.separate: that was the judge's copy; the policy starts RL where it was, and a judge pool judges "
          "with it plus the warm-up's change")
 
@@ -216,8 +219,9 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     progress = StageProgress(
         ctx, "judging warm-up", judge.warmup_steps,
         budget=f"{judge.warmup_steps} SFT steps (judge.warmup_steps) of {judge.warmup_batch_size} examples, "
-               f"{judge.warmup_task_fraction:.0%} of them the task's own, the rest judge examples of the policy's samples "
-               f"({drawn}); cached, so later runs with the same settings skip it")
+               f"{judge.warmup_task_fraction:.0%} of them the task's own ({TASK_SHARE[judge.warmup_task]}), "
+               f"the rest judge examples of the policy's samples ({drawn}); cached, so later runs with the "
+               "same settings skip it")
     while steps < judge.warmup_steps:
         stop_if_requested(ctx, "judging warm-up", steps)
         if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
