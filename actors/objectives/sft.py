@@ -98,12 +98,12 @@ class SFT(Objective):
         teacher's own samples that is cross-entropy's expectation without its sampling noise: a
         rehearsal that keeps the policy's distribution, greedy answer and spread alike."""
         mask = targets != -100
-        ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-        with torch.no_grad():
-            teacher = torch.log_softmax(self.learner.warmup_teacher()(input_ids=ids).logits.float(), -1)
-        kl = (teacher.exp() * (teacher - torch.log_softmax(logits, -1))).sum(-1)
-        per_token = torch.where(distill[:, None], kl, ce.view_as(kl))
-        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+        plain = ~distill
+        ce = torch.nn.functional.cross_entropy(logits[plain].flatten(0, 1), targets[plain].flatten(), reduction="sum")
+        with torch.no_grad():  # the teacher reads only the rows it teaches
+            teacher = torch.log_softmax(self.learner.warmup_teacher()(input_ids=ids[distill]).logits.float(), -1)
+        kl = (teacher.exp() * (teacher - torch.log_softmax(logits[distill], -1))).sum(-1)
+        return (ce + (kl * mask[distill]).sum()) / mask.sum().clamp(min=1)
 
     @torch.no_grad()
     def answer_accuracy(self, prompts: pa.Table) -> float:
