@@ -293,6 +293,10 @@ class VerifierConfig(Section):
     # Fraction of training prompts the verifier labels (chosen per prompt, seeded); the others get a
     # null verifier reward with no error. Held-out prompts are always labelled.
     fraction: float = Field(1.0, ge=0, le=1)
+    # which prompts those are (orchestrator/label_select.py): random (fixed per prompt, seeded) or,
+    # picked after generation among each piece's groups, distinct (the most distinct responses) or
+    # judge_unsure (the judge's scores closest to 0.5; needs a `judge: true` reward)
+    select: Literal["random", "distinct", "judge_unsure"] = "random"
     workers: int = Field(2, ge=1)  # sandboxed reward worker processes per verifier replica
     # extra workers stand in for stuck ones, so hanging samples overlap: about one time limit per batch
     max_workers: int = Field(32, ge=1)
@@ -644,6 +648,24 @@ class Config(Section):
             raise ValueError(f"rewards names must be unique, got {names}")
         return v
 
+    def _label_checks(self) -> None:
+        """verifier.select: a recipe that scores its pieces so, a fraction to spend, a judge to read."""
+        select = self.verifier.select
+        if select == "random":
+            return
+        from orchestrator.recipes import RECIPES
+
+        if not getattr(RECIPES.get(self.recipe), "selects_labels", False):
+            raise ValueError(f"verifier.select={select}: recipe {self.recipe!r} labels its prompts as the dataset "
+                             "fixes them (verifier.select=random); picking them after generation works with "
+                             "grpo's family (grpo, spark, spc, laser, cooper, ppo, prime, dph)")
+        if self.verifier.fraction >= 1:
+            raise ValueError(f"verifier.select={select} picks which prompts the verifier labels, but "
+                             "verifier.fraction=1 labels every one: set a fraction below 1")
+        if select == "judge_unsure" and not self.judge_rewards():
+            raise ValueError("verifier.select=judge_unsure labels the groups the judge is least sure of, but no "
+                             "reward source is `judge: true`; add one or use verifier.select=distinct")
+
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
         fn_names = [r.name for r in self.fn_rewards()]
@@ -655,6 +677,7 @@ class Config(Section):
             if value is not None and value not in fn_names:
                 raise ValueError(f"{key} {value!r} is not a verifier (fn) reward; accepted: {fn_names}")
         self._env_checks()
+        self._label_checks()
         for reward in self.rewards:
             needs = {"model": "reward_model", "judge": "judge", "laser": "laser"}.get(reward.kind)
             if needs and needs not in type(self).model_fields:

@@ -24,6 +24,7 @@ from actors.envs.metrics import episode_metrics
 from orchestrator.colocation import sleep_generators
 from orchestrator.config import Config
 from orchestrator.data import PromptSampler, PromptSet
+from orchestrator.label_select import label_metrics
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress, estimate
 from orchestrator.reward_health import RewardHealth, step_counts
@@ -127,6 +128,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                    "throughput/samples_per_s": samples / step_s,
                    **rollouts.accounting()}
             row.update(episode_metrics([p.info for p in pieces]))  # multi-turn episodes (env.name)
+            row.update({k: v for k, v in label_metrics([p.info for p in pieces]).items() if v is not None})
             seconds = {k: sum(p.info.get(k, 0.0) for p in pieces) for p in pieces for k in p.info
                        if k.startswith("seconds/")}
             seconds.update(ctx.stage_seconds)

@@ -8,10 +8,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+import ray
+
+from actors import batch as B
+
 from orchestrator.channels import Channel
 from orchestrator.credit import Credit, Outcome
 from orchestrator.evaluation import greedy_accuracy, judge_quality
 from orchestrator.judge_credit import JudgeCreditConfig, LearnedRewards
+from orchestrator.label_select import choose_labelled
 from orchestrator.recipes import Recipe, Sources, policy_roles
 from orchestrator.reward_health import health_info
 from orchestrator.roles import RoleSpec
@@ -26,6 +31,7 @@ class GRPO(Recipe):
 
     name = "grpo"
     separate_judge = True  # its judge reward reads a judge pool of its own where judge.separate asks
+    selects_labels = True  # its score_piece reads verifier.select (orchestrator/label_select.py)
     settings = {"judge_credit": JudgeCreditConfig}  # how learned rewards enter its credit step
 
     @classmethod
@@ -83,14 +89,32 @@ class GRPO(Recipe):
         return {"policy": Channel("policy", ctx.pools["policy_learner"], targets)}
 
     async def score_piece(self, ctx, table):
+        """The judge (where a reward source is `judge: true`) and the verifier. Where
+        `verifier.select` spends the labels after generation (orchestrator/label_select.py), the
+        piece's `labelled` column is set first, after the judge where the choice reads it."""
+        cfg, out = ctx.config, {}
+        select = cfg.verifier.select
+        judged = False
+        if cfg.judge_rewards() and select == "judge_unsure":
+            table, out = await self._judge(ctx, table)
+            judged = True
+        if select != "random":
+            table, picked = choose_labelled(await table, cfg.verifier.fraction, select, cfg.seed,
+                                            B.REWARD_PREFIX + cfg.judge_rewards()[0].name if judged else None)
+            table = ray.put(table)
+            out.update(picked)
         table, info = await ctx.pools["verifier"].call("score", table)
-        out = {"verify_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")},
-               **health_info(info)}
-        if ctx.config.judge_rewards():  # the policy judges its own samples, at the version it holds now
-            judge = ctx.pools.get("judge", ctx.pools["generator"])
-            table, info = await judge.call("judge", table, versioned=True)
-            out.update({"judge_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")}})
+        out.update({"verify_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")},
+                    **health_info(info)})
+        if cfg.judge_rewards() and not judged:  # the policy judges its own samples, at the version it holds now
+            table, more = await self._judge(ctx, table)
+            out.update(more)
         return table, out
+
+    async def _judge(self, ctx, table):
+        judge = ctx.pools.get("judge", ctx.pools["generator"])
+        table, info = await judge.call("judge", table, versioned=True)
+        return table, {"judge_s": info["busy_s"], **{k: v for k, v in info.items() if k.startswith("seconds/")}}
 
     async def score_batch(self, ctx, tables: list) -> list:
         """Reward models score the whole batch at one version (updates happen only between batches)."""
