@@ -1,8 +1,9 @@
 """Where the verifier's labels go (`verifier.select`, issue 32): with `verifier.fraction` < 1 the
 verifier labels a fraction of the training prompts. `random` (the default) fixes that subset once,
-per prompt and seeded (orchestrator/data.py), so a label is spent without looking at the samples.
-The other choices spend the same budget after generation, on the groups where a label is worth
-most, piece by piece: each piece labels `fraction` x its groups (rounded at random, so the
+per prompt and seeded (orchestrator/data.py), so a label is spent without looking at the samples:
+the setting for a dataset whose answers exist for only part of it. Where the verifier could label
+any prompt and its labels are the budget (a slow test suite, a paid grader), the other choices spend
+that budget after generation, on the groups where a label is worth most, piece by piece: each piece labels `fraction` x its groups (rounded at random, so the
 expected count is the same as `random`'s), picked by
 
 - `distinct`: the groups with the most distinct responses. It needs no judge: a group whose

@@ -11,7 +11,6 @@ import time
 import ray
 
 from actors import batch as B
-
 from orchestrator.channels import Channel
 from orchestrator.credit import Credit, Outcome
 from orchestrator.evaluation import greedy_accuracy, judge_quality
