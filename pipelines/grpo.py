@@ -30,7 +30,7 @@ class GRPO(Recipe):
 
     name = "grpo"
     separate_judge = True  # its judge reward reads a judge pool of its own where judge.separate asks
-    selects_labels = True  # its score_piece reads verifier.select (orchestrator/label_select.py)
+    selects_labels = True  # its score_piece reads verifier.select (a subclass that replaces score_piece sets False)
     settings = {"judge_credit": JudgeCreditConfig}  # how learned rewards enter its credit step
 
     @classmethod
