@@ -35,9 +35,11 @@ def _rng(table: pa.Table, seed: int) -> np.random.Generator:
     return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
 
 
-def group_priority(table: pa.Table, how: str, judge_column: str | None = None) -> np.ndarray:
-    """Per group (in group_index order), how much a label is worth there: higher first."""
-    groups = B.group_index(table)
+def group_priority(table: pa.Table, how: str, judge_column: str | None = None,
+                   groups: np.ndarray | None = None) -> np.ndarray:
+    """Per group (in group_index order, `groups` where the caller has it), how much a label is worth
+    there: higher first."""
+    groups = B.group_index(table) if groups is None else groups
     n = int(groups.max()) + 1 if len(groups) else 0
     if how == "distinct":
         responses = table.column("response").to_pylist()
@@ -68,7 +70,7 @@ def choose_labelled(table: pa.Table, fraction: float, how: str, seed: int,
     rng = _rng(table, seed)
     n = int(groups.max()) + 1
     budget = min(n, int(np.floor(fraction * n + rng.random())))
-    priority = group_priority(table, how, judge_column)
+    priority = group_priority(table, how, judge_column, groups)
     order = np.lexsort((rng.random(n), -priority))  # highest priority first, ties at random
     chosen = order[:budget]
     labelled = np.isin(groups, chosen)
