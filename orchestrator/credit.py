@@ -87,6 +87,10 @@ class RewardColumns:
     def metrics(self) -> dict:
         return {}
 
+    def advantage_scale(self, table: pa.Table) -> np.ndarray | None:
+        """A factor per row on its advantages, after they are estimated (None: none)."""
+        return None
+
     def state_dict(self) -> dict:
         return {}
 
@@ -163,6 +167,11 @@ class Credit:
         if "reward_mask" in table.schema.names:  # e.g. Parrot selection: dominated samples do not train
             active = torch.from_numpy(table.column("reward_mask").to_numpy(zero_copy_only=False).astype(bool))
             adv = adv * active[:, None]
+        for part in self.rewards:  # e.g. judge_credit.fill_weight: the judge's share of the step
+            scale = part.advantage_scale(table)
+            if scale is not None:
+                factor = torch.from_numpy(np.asarray(scale, np.float32))
+                adv, outcome = adv * factor[:, None], outcome * factor
         lengths = r_mask.sum(1).numpy()
         columns = {"advantages": adv, **columns}
         for name, values in columns.items():

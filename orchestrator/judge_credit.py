@@ -17,7 +17,13 @@ the last `judge_credit.window` batches are kept, and before aggregation each lea
 3. gated (`confidence: gated`): a calibrated value within `gate_band` of 0.5 (the judge unsure)
    takes its group's mean of the sure ones, so it gets no advantage from the judge;
 4. flattened (`min_spread`): a group whose learned values differ by less than this (max - min) gets
-   their mean on every row: group normalisation would turn that noise into unit-size advantages.
+   their mean on every row: group normalisation would turn that noise into unit-size advantages;
+5. weighted (`fill_weight`, after the advantages): the rows the verifier did not label, whose reward
+   under `aggregate.fill` is the learned source's alone, get their advantages times a number, or
+   with `auroc` times 2 * AUROC - 1 on the window (1 for a perfect judge, 0 at chance: a smooth
+   guard), the lowest over the learned sources, 1 until the window can measure it. Adam steps the
+   same size whatever the gradient's scale, so this sets how much of the step's direction comes
+   from the judge rather than the labels (`learned/fill_weight`).
 
 Metrics per source: `learned/<s>/auroc` (on the window), `/guard` (1: dropped this batch),
 `/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, `/uncalibrated`, and
@@ -27,7 +33,7 @@ a pooled AUROC also credits a judge for telling easy prompts from hard ones."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -51,10 +57,14 @@ class JudgeCreditConfig(Section):
     min_auroc: Optional[float] = Field(None, ge=0, le=1)
     window: int = Field(4, ge=1)  # train batches whose labelled rows calibration and the guard read
     label_source: Optional[str] = None  # the verifier source (default: the accuracy source)
+    # the advantages of rows the verifier did not label (their reward is the learned source's under
+    # aggregate.fill) times this; `auroc`: 2 * AUROC - 1 on the window (0 at chance, 1 when perfect)
+    fill_weight: Union[Literal["auroc"], Annotated[float, Field(ge=0, le=1)]] = 1.0
 
     @property
     def active(self) -> bool:
-        return self.confidence != "raw" or self.min_spread > 0 or self.min_auroc is not None
+        return (self.confidence != "raw" or self.min_spread > 0 or self.min_auroc is not None
+                or self.fill_weight != 1.0)
 
 
 def platt(scores: np.ndarray, labels: np.ndarray, l2: float = 1e-3, iters: int = 50) -> tuple[float, float]:
@@ -147,6 +157,7 @@ class LearnedRewards(RewardColumns):
         self.history: dict[str, list[list[list[float]]]] = {s: [] for s in self.sources}  # [batch][score, label]
         self.guarded: dict[str, bool] = {s: False for s in self.sources}
         self._metrics: dict = {}
+        self._fill_weight = 1.0
 
     def _window(self, source: str) -> tuple[np.ndarray, np.ndarray]:
         rows = [r for batch in self.history[source] for r in batch]
@@ -164,7 +175,7 @@ class LearnedRewards(RewardColumns):
                                f"batch has {names}")
         label = table.column(B.REWARD_PREFIX + self.label).to_numpy(zero_copy_only=False).astype(np.float64)
         groups = B.group_index(table)
-        self._metrics = {}
+        self._metrics, trust = {}, []
         for s in self.sources:
             col = B.REWARD_PREFIX + s
             if col not in names:
@@ -176,6 +187,8 @@ class LearnedRewards(RewardColumns):
             positive = truth >= 0.5
             enough = min(int(positive.sum()), int((~positive).sum())) >= MIN_PER_CLASS
             auc = auroc(score, positive) if enough else None
+            if auc is not None:
+                trust.append(min(1.0, max(0.0, 2 * auc - 1)))
             now = np.asarray(self.history[s][-1], np.float64).reshape(-1, 2)
             now_pos = now[:, 1] >= 0.5
             now_auc = (auroc(now[:, 0], now_pos) if min(int(now_pos.sum()), int((~now_pos).sum())) >= MIN_PER_CLASS
@@ -206,7 +219,20 @@ class LearnedRewards(RewardColumns):
                 values, m["flat_groups_frac"] = group_flatten(values, groups, self.cfg.min_spread)
             table = B.replace_column(table, col, pa.array(values.astype(np.float32), pa.float32(), mask=np.isnan(values)))
             self._metrics.update({f"learned/{s}/{k}": v for k, v in m.items() if v is not None})
+        if self.cfg.fill_weight == "auroc":
+            self._fill_weight = min(trust) if trust else 1.0
+        else:
+            self._fill_weight = float(self.cfg.fill_weight)
+        if self.cfg.fill_weight != 1.0:
+            self._metrics["learned/fill_weight"] = self._fill_weight
         return table
+
+    def advantage_scale(self, table: pa.Table) -> Optional[np.ndarray]:
+        """`fill_weight` on the rows the verifier did not label, 1 on the others (None: all 1)."""
+        if self.cfg.fill_weight == 1.0:
+            return None
+        label = table.column(B.REWARD_PREFIX + self.label).to_numpy(zero_copy_only=False).astype(np.float64)
+        return np.where(np.isnan(label), self._fill_weight, 1.0).astype(np.float32)
 
     def metrics(self) -> dict:
         return dict(self._metrics)

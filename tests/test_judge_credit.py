@@ -20,6 +20,10 @@ from orchestrator.recipes import RECIPES, Sources
 from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures: a scored batch)
 
 
+def per_row(column: pa.ChunkedArray) -> list[np.ndarray]:
+    return [np.asarray(v, np.float32) for v in column.to_pylist()]
+
+
 # ---- the sorting task ------------------------------------------------------------------------------
 def test_the_sorting_task_holds_distinct_problems_and_their_sorted_answers():
     tasks = sorting(length=5, size=300, eval_size=50, seed=3)
@@ -222,6 +226,43 @@ def test_a_credit_step_without_judge_credit_options_has_no_learned_reward_part_a
     credit = RECIPES.get("spark").credit(credit_config("judge_credit.min_auroc=null", "judge_credit.confidence=gated"),
                                          Sources())
     assert any(isinstance(r, LearnedRewards) for r in credit.rewards)
+
+
+@pytest.mark.parametrize("weight", ["0.25", "auroc"])
+def test_fill_weight_scales_the_advantages_of_the_rows_the_verifier_did_not_label(scored, weight):
+    """Two groups labelled, two filled by the judge: the labelled rows keep their advantages, the
+    filled ones get them times the weight (`auroc`: 2 * AUROC - 1 on the window, here about 0.4)."""
+    from orchestrator.credit import Credit
+
+    groups = B.group_index(scored)
+    labelled = groups < 2
+    label = np.where(labelled, (np.arange(scored.num_rows) % 2).astype(float), np.nan)
+    judge = np.random.default_rng(3).random(scored.num_rows)
+    table = scored.append_column("reward.correct", pa.array(label, pa.float32(), mask=np.isnan(label)))
+    table = table.append_column("reward.judge", pa.array(judge, pa.float32()))
+    steps = {}
+    for w in ("1", weight):
+        cfg = credit_config("judge_credit.min_auroc=null", f"judge_credit.fill_weight={w}")
+        credit = RECIPES.get("spark").credit(cfg, Sources())
+        if w == "auroc":  # a window where the judge ranks 3 of 4 (right, wrong) pairs right
+            part = next(r for r in credit.rewards if isinstance(r, LearnedRewards))
+            part(judged(np.r_[np.full(15, 0.9), np.full(5, 0.1), np.full(20, 0.5)], np.r_[np.ones(20), np.zeros(20)]))
+        steps[w] = credit.apply(table)
+    (plain, _), (scaled, metrics) = steps["1"], steps[weight]
+    factor = 0.25 if weight == "0.25" else 2 * metrics["learned/judge/auroc"] - 1
+    assert metrics["learned/fill_weight"] == pytest.approx(factor) and (weight != "auroc" or 0.2 < factor < 0.8)
+    assert "learned/fill_weight" not in steps["1"][1]
+    for keep, a, b in zip(labelled, per_row(plain.column("advantages")), per_row(scaled.column("advantages"))):
+        assert b == pytest.approx(a if keep else factor * a, abs=1e-6)
+    assert any(a.any() for a, keep in zip(per_row(plain.column("advantages")), labelled) if not keep)
+
+
+def test_fill_weight_is_a_number_in_0_1_or_auroc():
+    with pytest.raises(ConfigError, match="fill_weight"):
+        credit_config("judge_credit.fill_weight=1.5")
+    with pytest.raises(ConfigError, match="fill_weight"):
+        credit_config("judge_credit.fill_weight=skill")
+    assert credit_config("judge_credit.fill_weight=auroc").judge_credit.active
 
 
 def test_a_judge_credit_label_source_must_be_a_verifier():
