@@ -297,6 +297,9 @@ class VerifierConfig(Section):
     # picked after generation among each piece's groups, distinct (the most distinct responses) or
     # judge_unsure (the judge's scores closest to 0.5; needs a `judge: true` reward)
     select: Literal["random", "distinct", "judge_unsure"] = "random"
+    # the training prompts the verifier does not label: drawn (a judge's reward may stand in for the
+    # label) or skipped, never drawn (GRPO on the labelled prompts alone; select: random only)
+    unlabelled: Literal["draw", "skip"] = "draw"
     workers: int = Field(2, ge=1)  # sandboxed reward worker processes per verifier replica
     # extra workers stand in for stuck ones, so hanging samples overlap: about one time limit per batch
     max_workers: int = Field(32, ge=1)
@@ -649,8 +652,12 @@ class Config(Section):
         return v
 
     def _label_checks(self) -> None:
-        """verifier.select: a recipe that scores its pieces so, a fraction to spend, a judge to read."""
+        """verifier.select: a recipe that scores its pieces so, a fraction to spend, a judge to read, a
+        subset fixed before generation where the unlabelled prompts are skipped."""
         select = self.verifier.select
+        if select != "random" and self.verifier.unlabelled == "skip":
+            raise ValueError(f"verifier.unlabelled=skip draws only the prompts the dataset labels, but "
+                             f"verifier.select={select} picks them after generation: use verifier.select=random")
         if select == "random":
             return
         from orchestrator.recipes import RECIPES

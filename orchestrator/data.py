@@ -249,12 +249,14 @@ def user_dataset(path: str, eval_path: str | None, eval_size: int, seed: int) ->
     return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=Path(path).stem)
 
 
-def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=None) -> PromptSet:
+def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=None,
+                 unlabelled: str = "draw") -> PromptSet:
     """The prompt splits. With `model_cfg` (the run's `model` section) their prompts are rendered by
     the chat template (data.chat_template; orchestrator/chat_data.py), after making the model
     directory where model.bpe asks for one. With `label_fraction` < 1 the training prompts get a `labelled` column:
     which prompts the verifier labels, fixed per prompt for the run (seeded), as when checkable
-    answers exist for only part of a dataset. Held-out prompts are always labelled."""
+    answers exist for only part of a dataset; `unlabelled="skip"` keeps only those (verifier.unlabelled).
+    Held-out prompts are always labelled."""
     if data_cfg.path:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
     elif data_cfg.task == "sorting":
@@ -275,6 +277,11 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=Non
         n = prompts.train.num_rows
         labelled = np.random.default_rng([seed, 7]).random(n) < label_fraction
         prompts.train = prompts.train.append_column("labelled", pa.array(labelled, pa.bool_()))
+        if unlabelled == "skip":
+            if not labelled.any():
+                raise DatasetError(f"verifier.fraction={label_fraction} labels none of the {n} training prompts, and "
+                                   "verifier.unlabelled=skip draws only labelled ones: raise the fraction")
+            prompts.train = prompts.train.filter(pa.array(labelled, pa.bool_()))
     template = data_cfg.prompt_template
     if template != "{prompt}":
         for split in ("train", "eval"):

@@ -78,10 +78,30 @@ def test_label_metrics_sum_the_pieces_and_weigh_their_priorities():
     ("grpo_addition", ["verifier.fraction=1.0", "verifier.select=distinct"], "verifier.fraction=1"),
     ("grpo_addition", ["verifier.fraction=0.25", "verifier.select=judge_unsure"], "judge: true"),
     ("grpo_addition", ["verifier.fraction=0.25", "verifier.select=unsure"], "verifier.select"),
+    ("grpo_addition", ["verifier.fraction=0.25", "verifier.select=distinct", "verifier.unlabelled=skip"],
+     "verifier.unlabelled=skip"),
+    ("grpo_addition", ["verifier.unlabelled=drop"], "verifier.unlabelled"),
 ])
 def test_a_label_choice_that_cannot_work_is_refused_by_name(recipe, overrides, message):
     with pytest.raises(ValueError, match=message):
         load_config(recipe, overrides)
+
+
+def test_skipping_the_unlabelled_prompts_keeps_exactly_the_labelled_ones():
+    """verifier.unlabelled=skip: GRPO on the labelled prompts alone draws from the subset that
+    `draw` labels (the same seeded choice), every row of it, and no other."""
+    from orchestrator.data import DatasetError, load_prompts
+
+    cfg = load_config("grpo_sorting", ["verifier.fraction=0.1"])
+    drawn = load_prompts(cfg.data, cfg.seed, 0.1)
+    skipped = load_prompts(cfg.data, cfg.seed, 0.1, unlabelled="skip")
+    mask = drawn.train.column("labelled").to_numpy(zero_copy_only=False)
+    assert 0.05 < mask.mean() < 0.15 and skipped.train.num_rows == mask.sum()
+    assert skipped.train.column("prompt").to_pylist() == drawn.train.filter(mask).column("prompt").to_pylist()
+    assert all(skipped.train.column("labelled").to_pylist())
+    assert skipped.eval.column("prompt").to_pylist() == drawn.eval.column("prompt").to_pylist()
+    with pytest.raises(DatasetError, match="labels none of the"):
+        load_prompts(cfg.data, cfg.seed, 0.0, unlabelled="skip")
 
 
 def test_spark_may_label_where_its_judge_is_unsure():
