@@ -131,6 +131,18 @@ def extend_held_out(task: str, train: Path, eval_: Path, size: int) -> int:
     return len(held)
 
 
+def shrink_train(train: Path, size: int) -> int:
+    """Keeps the train file's first `size` prompts (the task's rows are in a seeded random order):
+    the pool the runs draw from, and of which `verifier.fraction` labels a share."""
+    from runs import read_jsonl
+
+    rows = read_jsonl(train)
+    if not 0 < size <= len(rows):
+        raise SystemExit(f"--train-size {size}: the task's train split holds {len(rows)} prompts; give 1 to that")
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows[:size]))
+    return size
+
+
 def held_out_accuracy(task: dict, warm: Path, train: Path, eval_: Path) -> float:
     """The warm model's greedy accuracy on the held-out file, as a run's evaluation reads it (the
     generator's greedy decoding, the task's verifier), in-process."""
@@ -277,6 +289,9 @@ def main() -> None:
                              "which on sorting drops a good judge on a quarter of the steps (results: _lr5e5_sjg08)")
     parser.add_argument("--laser-warmup", type=int, default=300, help="laser.warmup_steps")
     parser.add_argument("--rm-warmup", type=int, default=60, help="reward_model.warmup_steps (cooper)")
+    parser.add_argument("--train-size", type=int, default=None,
+                        help="the runs draw from the train split's first N prompts (default: all 8000 on sorting); "
+                             "the fraction labels a share of those, so fewer labelled prompts")
     parser.add_argument("--threads", type=int, default=1, help="train.threads")
     parser.add_argument("--cpus", type=int, default=2, help="ray.num_cpus")
     parser.add_argument("--gap", action="store_true", help="only the verification gap: judging warm-ups")
@@ -314,6 +329,8 @@ def main() -> None:
         if args.held_out:  # and the warm start measured on all of them (warm_info's is on the task's 200)
             split_info["eval_rows"] = extend_held_out(args.task, train, eval_, args.held_out)
             warm_info = {**warm_info, "warmup/accuracy": held_out_accuracy(task, warm, train, eval_)}
+        if args.train_size:  # a smaller pool, after the held-out prompts are fixed: fewer labelled prompts
+            split_info["train_rows"] = shrink_train(train, args.train_size)
         sft = warm_info.get("warmup/accuracy")
         meta = {"machine": f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
                 "python": platform.python_version(), "argv": sys.argv[1:], "argvs": argvs, "warm": str(warm),
