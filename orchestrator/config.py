@@ -297,9 +297,10 @@ class VerifierConfig(Section):
     # picked after generation among each piece's groups, distinct (the most distinct responses) or
     # judge_unsure (the judge's scores closest to 0.5; needs a `judge: true` reward)
     select: Literal["random", "distinct", "judge_unsure"] = "random"
-    # the training prompts the verifier does not label: drawn (a judge's reward may stand in for the
-    # label) or skipped, never drawn (GRPO on the labelled prompts alone; select: random only)
-    unlabelled: Literal["draw", "skip"] = "draw"
+    # the share of each step's prompts drawn from those the verifier labels (None: drawn as they come,
+    # at `fraction`; 1: the labelled ones alone, GRPO on the labelled prompts; between: a judge's
+    # reward stands in on the rest). Needs the dataset's fixed subset (select: random)
+    labelled_share: Optional[float] = Field(None, gt=0, le=1)
     workers: int = Field(2, ge=1)  # sandboxed reward worker processes per verifier replica
     # extra workers stand in for stuck ones, so hanging samples overlap: about one time limit per batch
     max_workers: int = Field(32, ge=1)
@@ -653,11 +654,15 @@ class Config(Section):
 
     def _label_checks(self) -> None:
         """verifier.select: a recipe that scores its pieces so, a fraction to spend, a judge to read, a
-        subset fixed before generation where the unlabelled prompts are skipped."""
+        subset fixed before generation and unlabelled prompts where a share of each step is drawn."""
         select = self.verifier.select
-        if select != "random" and self.verifier.unlabelled == "skip":
-            raise ValueError(f"verifier.unlabelled=skip draws only the prompts the dataset labels, but "
+        share = self.verifier.labelled_share
+        if share is not None and select != "random":
+            raise ValueError(f"verifier.labelled_share={share} draws from the prompts the dataset labels, but "
                              f"verifier.select={select} picks them after generation: use verifier.select=random")
+        if share is not None and self.verifier.fraction >= 1:
+            raise ValueError(f"verifier.labelled_share={share} splits each step between labelled and unlabelled "
+                             "prompts, but verifier.fraction=1 labels every one: set a fraction below 1")
         if select == "random":
             return
         from orchestrator.recipes import RECIPES

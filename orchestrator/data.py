@@ -249,14 +249,12 @@ def user_dataset(path: str, eval_path: str | None, eval_size: int, seed: int) ->
     return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=Path(path).stem)
 
 
-def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=None,
-                 unlabelled: str = "draw") -> PromptSet:
+def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=None) -> PromptSet:
     """The prompt splits. With `model_cfg` (the run's `model` section) their prompts are rendered by
     the chat template (data.chat_template; orchestrator/chat_data.py), after making the model
     directory where model.bpe asks for one. With `label_fraction` < 1 the training prompts get a `labelled` column:
     which prompts the verifier labels, fixed per prompt for the run (seeded), as when checkable
-    answers exist for only part of a dataset; `unlabelled="skip"` keeps only those (verifier.unlabelled).
-    Held-out prompts are always labelled."""
+    answers exist for only part of a dataset. Held-out prompts are always labelled."""
     if data_cfg.path:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
     elif data_cfg.task == "sorting":
@@ -277,11 +275,6 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=Non
         n = prompts.train.num_rows
         labelled = np.random.default_rng([seed, 7]).random(n) < label_fraction
         prompts.train = prompts.train.append_column("labelled", pa.array(labelled, pa.bool_()))
-        if unlabelled == "skip":
-            if not labelled.any():
-                raise DatasetError(f"verifier.fraction={label_fraction} labels none of the {n} training prompts, and "
-                                   "verifier.unlabelled=skip draws only labelled ones: raise the fraction")
-            prompts.train = prompts.train.filter(pa.array(labelled, pa.bool_()))
     template = data_cfg.prompt_template
     if template != "{prompt}":
         for split in ("train", "eval"):
@@ -344,3 +337,45 @@ class PromptSampler:
 
     def state(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
+
+
+class StratifiedSampler:
+    """`verifier.labelled_share`: each step draws round(share x k) prompts (at least one) from those
+    the verifier labels and the rest from the others, each part in epochs of its own (PromptSampler),
+    so labelled prompts come at that rate whatever `verifier.fraction` is. Its state is both parts'."""
+
+    def __init__(self, table: pa.Table, seed: int, share: float, labelled: dict | None = None,
+                 unlabelled: dict | None = None):
+        mask = table.column("labelled").to_numpy(zero_copy_only=False).astype(bool)
+        self.share, self.counts = share, (int(mask.sum()), int((~mask).sum()))
+        self.parts = {"labelled": PromptSampler(table.filter(pa.array(mask)), seed, **(labelled or {})),
+                      "unlabelled": PromptSampler(table.filter(pa.array(~mask)), seed + 1, **(unlabelled or {}))}
+
+    def next(self, k: int) -> pa.Table:
+        n = min(k, max(1, round(self.share * k)))
+        for part, want, have in (("labelled", n, self.counts[0]), ("unlabelled", k - n, self.counts[1])):
+            if want > have:
+                raise DatasetError(f"verifier.labelled_share={self.share} draws {want} {part} prompts a step of {k}, "
+                                   f"but the training split has {have} {part} ones (verifier.fraction sets how "
+                                   "many): lower rollout.prompts_per_step or change the share or the fraction")
+        drawn = [self.parts["labelled"].next(n)] + ([self.parts["unlabelled"].next(k - n)] if k > n else [])
+        return pa.concat_tables(drawn)
+
+    def state(self) -> dict:
+        return {name: part.state() for name, part in self.parts.items()}
+
+
+def make_sampler(train: pa.Table, seed: int, labelled_share: float | None = None, state: dict | None = None):
+    """The loop's prompt order: epochs over the training prompts, or with `labelled_share` the two
+    strata of StratifiedSampler; `state` is a checkpoint's (a resume goes on where it stopped)."""
+    state = state or {}
+    stratified = labelled_share is not None
+    if state and stratified != ("labelled" in state):
+        raise DatasetError("the checkpoint's prompt order was written with verifier.labelled_share "
+                           f"{'unset' if stratified else 'set'}; resume with the setting it was written with")
+    if not stratified:
+        return PromptSampler(train, seed, **state)
+    if "labelled" not in train.schema.names:
+        raise DatasetError(f"verifier.labelled_share={labelled_share} needs the prompts the verifier labels "
+                           "(verifier.fraction below 1)")
+    return StratifiedSampler(train, seed, labelled_share, **state)

@@ -16,7 +16,7 @@ from orchestrator import checkpoint as ckpt
 from orchestrator import cluster, fit, frozen, names, placement
 from orchestrator import run_dir as run_dirs
 from orchestrator.config import Config, ConfigError, dump_config
-from orchestrator.data import PromptSampler, load_prompts
+from orchestrator.data import load_prompts, make_sampler
 from orchestrator.loop import RunContext, train
 from orchestrator.metrics import MetricsSink
 from orchestrator.progress import RunProgress
@@ -145,8 +145,7 @@ class Run:
         session.add("ray_start", time.perf_counter() - t_start)
         # from here to the loop: the warm-up stages (timed by the stage driver) and the actors' start
         t_actors, counted = time.perf_counter(), sum(session.phases.values())
-        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction, model_cfg=cfg.model,
-                               unlabelled=cfg.verifier.unlabelled)
+        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction, model_cfg=cfg.model)
         warm_info: dict = {}
         pools: dict = {}
         if self.resume_from is not None:  # every stage finished before the checkpoint
@@ -174,7 +173,8 @@ class Run:
         roles = self.role_specs(sources)
         cluster.check_resources(cfg, roles, local)
         pools.update(build_pools({k: v for k, v in roles.items() if k not in pools}, cfg))
-        sampler = PromptSampler(prompts.train, cfg.seed, **(self.state["sampler"] if self.state else {}))
+        sampler = make_sampler(prompts.train, cfg.seed, cfg.verifier.labelled_share,
+                               self.state["sampler"] if self.state else None)
         metrics = MetricsSink(self.run_dir, resume_step=self.state["step"] if self.state else 0 if self.restarted else None,
                               ray_metrics=not nested)
         ctx = self.ctx = RunContext(config=cfg, run_dir=self.run_dir, prompts=prompts, sampler=sampler,

@@ -78,30 +78,52 @@ def test_label_metrics_sum_the_pieces_and_weigh_their_priorities():
     ("grpo_addition", ["verifier.fraction=1.0", "verifier.select=distinct"], "verifier.fraction=1"),
     ("grpo_addition", ["verifier.fraction=0.25", "verifier.select=judge_unsure"], "judge: true"),
     ("grpo_addition", ["verifier.fraction=0.25", "verifier.select=unsure"], "verifier.select"),
-    ("grpo_addition", ["verifier.fraction=0.25", "verifier.select=distinct", "verifier.unlabelled=skip"],
-     "verifier.unlabelled=skip"),
-    ("grpo_addition", ["verifier.unlabelled=drop"], "verifier.unlabelled"),
+    ("grpo_addition", ["verifier.fraction=0.25", "verifier.select=distinct", "verifier.labelled_share=0.5"],
+     "verifier.labelled_share=0.5"),
+    ("grpo_addition", ["verifier.labelled_share=0.5"], "verifier.fraction=1"),
+    ("grpo_addition", ["verifier.fraction=0.25", "verifier.labelled_share=0"], "labelled_share"),
 ])
 def test_a_label_choice_that_cannot_work_is_refused_by_name(recipe, overrides, message):
     with pytest.raises(ValueError, match=message):
         load_config(recipe, overrides)
 
 
-def test_skipping_the_unlabelled_prompts_keeps_exactly_the_labelled_ones():
-    """verifier.unlabelled=skip: GRPO on the labelled prompts alone draws from the subset that
-    `draw` labels (the same seeded choice), every row of it, and no other."""
-    from orchestrator.data import DatasetError, load_prompts
+def test_a_labelled_share_draws_that_share_of_each_step_from_the_labelled_prompts():
+    """verifier.labelled_share: half of each step from the labelled subset, half from the rest, each
+    in epochs of its own; 1: the labelled prompts alone (GRPO on them), in the order a plain sampler
+    over them gives; the order goes on after a resume from its state."""
+    from orchestrator.data import PromptSampler, load_prompts, make_sampler
 
     cfg = load_config("grpo_sorting", ["verifier.fraction=0.1"])
-    drawn = load_prompts(cfg.data, cfg.seed, 0.1)
-    skipped = load_prompts(cfg.data, cfg.seed, 0.1, unlabelled="skip")
-    mask = drawn.train.column("labelled").to_numpy(zero_copy_only=False)
-    assert 0.05 < mask.mean() < 0.15 and skipped.train.num_rows == mask.sum()
-    assert skipped.train.column("prompt").to_pylist() == drawn.train.filter(mask).column("prompt").to_pylist()
-    assert all(skipped.train.column("labelled").to_pylist())
-    assert skipped.eval.column("prompt").to_pylist() == drawn.eval.column("prompt").to_pylist()
-    with pytest.raises(DatasetError, match="labels none of the"):
-        load_prompts(cfg.data, cfg.seed, 0.0, unlabelled="skip")
+    train = load_prompts(cfg.data, cfg.seed, 0.1).train
+    mask = train.column("labelled").to_numpy(zero_copy_only=False)
+    half = make_sampler(train, 0, 0.5)
+    seen = []
+    for _ in range(60):  # 60 x 16 labelled draws: more than the ~800 labelled prompts, so a second epoch
+        step = half.next(32)
+        assert sum(step.column("labelled").to_pylist()) == 16 and len(set(step.column("prompt").to_pylist())) == 32
+        seen += [p for p, lab in zip(step.column("prompt").to_pylist(), step.column("labelled").to_pylist()) if lab]
+    labelled = set(train.filter(mask).column("prompt").to_pylist())
+    assert set(seen) <= labelled and len(set(seen)) > len(labelled) - 16  # an epoch's short tail waits
+    alone = make_sampler(train, 0, 1.0)
+    plain = PromptSampler(train.filter(mask), 0)
+    for _ in range(3):
+        assert alone.next(32).column("prompt").to_pylist() == plain.next(32).column("prompt").to_pylist()
+    resumed = make_sampler(train, 0, 0.5, half.state())
+    assert resumed.next(32).column("prompt").to_pylist() == half.next(32).column("prompt").to_pylist()
+
+
+def test_a_labelled_share_that_cannot_be_drawn_is_refused_by_name():
+    from orchestrator.data import DatasetError, load_prompts, make_sampler
+
+    cfg = load_config("grpo_sorting", ["verifier.fraction=0.1"])
+    tiny = load_prompts(cfg.data, cfg.seed, 0.1).train.slice(0, 100)  # about 10 labelled prompts
+    with pytest.raises(DatasetError, match=r"draws 24 labelled prompts a step of 32, but the training split has \d+"):
+        make_sampler(tiny, 0, 0.75).next(32)
+    with pytest.raises(DatasetError, match="resume with the setting it was written with"):
+        make_sampler(tiny, 0, 0.5, {"epoch": 0, "position": 3})
+    with pytest.raises(DatasetError, match="needs the prompts the verifier labels"):
+        make_sampler(load_prompts(cfg.data, cfg.seed).train, 0, 0.5)
 
 
 def test_spark_may_label_where_its_judge_is_unsure():
