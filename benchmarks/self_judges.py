@@ -10,6 +10,15 @@ the same batch shape; the seed changes sampling and prompt order only.
     python benchmarks/self_judges.py --task sorting --recipes spark --credit raw calibrated gated spread
     python benchmarks/self_judges.py --gap --task sorting                          # the verification gap only
     python benchmarks/self_judges.py --task sorting --report --label _x             # table from the raw file
+    python benchmarks/self_judges.py --task sorting --fractions 0.1 --train-size 1000 --recipes grpo \
+        -- verifier.labelled_share=1                      # GRPO drawing only the ~100 labelled prompts
+
+By default every recipe draws prompts as they come, so labelled ones make up `fraction` of a step and
+GRPO gets nothing from the rest. `-- verifier.labelled_share=1` makes GRPO draw only the labelled
+prompts (GRPO on the labelled prompts alone); a share below 1 gives a judging recipe that share of
+labelled prompts a step and unlabelled ones for its judge. `--train-size N` shrinks the pool to the
+train split's first N prompts, so the same fraction labels fewer of them (labels scarce in prompts,
+not only in a step's share).
 
 Recipes (each the shipped YAML's recipe with the scarce-label reward; `--credit` picks how judge
 rewards enter the advantage, orchestrator/judge_credit.py):
