@@ -38,7 +38,8 @@ answers (`judge.warmup_task=own`; `--judge-task own_samples`: its sampled answer
 teaches the task: each recipe's warm start (after its warm-ups) is reported beside the SFT warm
 start. `--gap` measures the verification gap alone: the judge's held-out AUROC after its warm-up
 against the policy's held-out accuracy, at equal labelled data. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every
-run); the tables go to their section of benchmarks/results/self_judges.md.
+run); the tables go to their section of benchmarks/results/self_judges.md (self_judges_h1k.md for
+those on 1,000 held-out prompts or more).
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ def extend_held_out(task: str, train: Path, eval_: Path, size: int) -> int:
                 held.append({"prompt": f"{digits}>", "answer": "".join(sorted(digits))})
                 f.write(json.dumps(held[-1]) + "\n")
     return len(held)
+
+
+def summary_file(held_out: int) -> str:
+    """The summaries file of a measurement: those on 1,000 held-out prompts or more in a file of their
+    own (benchmarks/results/self_judges_h1k.md), the rest in self_judges.md, each kept small."""
+    return "self_judges_h1k" if held_out >= 1000 else "self_judges"
 
 
 def shrink_train(train: Path, size: int) -> int:
@@ -321,7 +328,8 @@ def main() -> None:
         print(text)
         if args.write:
             argv = [" ".join(a) for a in data["meta"].get("argvs", [data["meta"]["argv"]])]
-            print(write_summary("self_judges", name, text, raw=[out], protocol=f"from {out.name}: {'; '.join(argv)}"))
+            print(write_summary(summary_file(data["meta"]["splits"]["eval_rows"]), name, text, raw=[out],
+                                protocol=f"from {out.name}: {'; '.join(argv)}"))
         return
     task = TASKS[args.task]
     isolate_ray()
@@ -378,7 +386,7 @@ def main() -> None:
                 out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1, default=str))
     text = gap_table(runs) if args.gap else table(runs)
     print("\n" + text)
-    summary = write_summary("self_judges", name, text, raw=[out], protocol=(
+    summary = write_summary(summary_file(split_info["eval_rows"]), name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
         f"{args.prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, "
         f"{args.eval_prompts} judge eval prompts; warm-ups: judge "
