@@ -26,6 +26,7 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
     proc = start(small(warm_cache, f"train.max_steps={steps}", f"train.eval_every={steps}", "train.checkpoint_every=4",
                        "train.dump_rollouts=true", "--output-dir", str(run_dir)), {**ray_env, MARK: mark}, tmp_path)
     killed, others = [], []  # the steps killed at; the other roles' processes before each kill and at the end
+    killed_at = []  # when (time.time()) each kill was sent
 
     def survivors():
         return {cls: sorted(actor_pids(mark, cls)) for cls in ("Generator", "Verifier")}
@@ -39,6 +40,7 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
             if proc.poll() is not None or not pids:
                 return
             os.kill(pids[0], signal.SIGKILL)
+            killed_at.append(time.time())
             killed.append(steps_logged(run_dir))
             others.append(survivors())  # after the kill (a scan takes a while): these do not die with it
         while proc.poll() is None and steps_logged(run_dir) < steps - 1:  # trained again after the restart
@@ -67,7 +69,10 @@ def test_a_killed_learner_restarts_from_the_newest_checkpoint(ray_env, warm_cach
     # the summary and the last line count the whole command: its wall time, both restarts
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["restarts"] == 2 and [r["from_step"] for r in summary["restart_history"]] == [0, 4]
-    assert summary["time/wall_s"] > wall - 30 and summary["time/restart_s"] > 0, (summary, wall)
+    # at least from the first kill to the summary's writing, both restarts inside (the interpreter's
+    # start and Ray's shutdown around the run are not the run's, and on a loaded machine take long)
+    span = (run_dir / "summary.json").stat().st_mtime - killed_at[0]
+    assert span < summary["time/wall_s"] < wall and summary["time/restart_s"] > 0, (summary, span, wall)
     redone = summary["steps_redone"]
     assert redone == sum(r["at_step"] - r["from_step"] for r in summary["restart_history"]) > 0
     assert f"{steps} steps in {summary['time/wall_s']:.1f}s, after 2 learner restarts ({redone} steps redone)" in out
