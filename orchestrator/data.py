@@ -347,13 +347,14 @@ class StratifiedSampler:
     def __init__(self, table: pa.Table, seed: int, share: float, labelled: dict | None = None,
                  unlabelled: dict | None = None):
         mask = table.column("labelled").to_numpy(zero_copy_only=False).astype(bool)
-        self.share, self.counts = share, (int(mask.sum()), int((~mask).sum()))
+        self.share = share
         self.parts = {"labelled": PromptSampler(table.filter(pa.array(mask)), seed, **(labelled or {})),
                       "unlabelled": PromptSampler(table.filter(pa.array(~mask)), seed + 1, **(unlabelled or {}))}
 
     def next(self, k: int) -> pa.Table:
         n = min(k, max(1, round(self.share * k)))
-        for part, want, have in (("labelled", n, self.counts[0]), ("unlabelled", k - n, self.counts[1])):
+        for part, want in (("labelled", n), ("unlabelled", k - n)):
+            have = self.parts[part].table.num_rows
             if want > have:
                 raise DatasetError(f"verifier.labelled_share={self.share} draws {want} {part} prompts a step of {k}, "
                                    f"but the training split has {have} {part} ones (verifier.fraction sets how "
