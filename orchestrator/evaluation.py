@@ -123,15 +123,15 @@ def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-async def labelled_samples(ctx, prompts, seq0: int):
-    """Samples of `prompts` from the generators, scored by the verifier (for the warm-ups that train
-    on the policy's own labelled samples)."""
+async def labelled_samples(ctx, prompts, seq0: int, n: int | None = None):
+    """Samples of `prompts` from the generators (`n` a prompt; None: the rollout's group size), scored
+    by the verifier (for the warm-ups that train on the policy's own labelled samples)."""
     from actors import batch as B
 
     gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
 
     async def one(i, chunk):
-        table, _ = await gen.call("generate", chunk, seq=seq0 - i, versioned=True)
+        table, _ = await gen.call("generate", chunk, seq=seq0 - i, versioned=True, **({"n": n} if n else {}))
         scored, _ = await ver.call("score", table)
         return scored
 

@@ -422,3 +422,46 @@ def test_a_distilled_warm_up_is_refused_under_fsdp2():
     with pytest.raises(ValueError, match="distill.*fsdp2"):
         load_config("self_judged_grpo", ["judge.warmup_task=distill", "judge.warmup_steps=5",
                                          "learner.strategy=fsdp2"])
+
+
+def test_the_judges_examples_come_from_warmup_samples_answers_a_labelled_prompt():
+    """`judge.warmup_samples` asks the generators for that many answers to each labelled prompt (the
+    rollout's group size where unset), each scored by the verifier; the warm-up's cache key carries it
+    only where it is set, so warm-ups cached before it existed are still found."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from orchestrator.evaluation import labelled_samples
+    from pipelines.stages.judge import cache_path
+
+    asked = []
+
+    class Pool:
+        async def call(self, method, table, **kwargs):
+            asked.append((method, kwargs.get("n")))
+
+            async def out():
+                if method == "score":  # the generators' output, a reference in a run
+                    return await table
+                n = kwargs.get("n") or 8
+                return pa.table({"prompt": [p for p in table.column("prompt").to_pylist() for _ in range(n)]})
+            return out(), {}
+
+    ctx = SimpleNamespace(pools={"generator": Pool(), "verifier": Pool()}, split=lambda table, pieces: [table])
+    prompts = pa.table({"prompt_id": ["p0", "p1"], "prompt": ["a", "b"]})
+    assert asyncio.run(labelled_samples(ctx, prompts, -1000, 32)).num_rows == 64
+    assert asyncio.run(labelled_samples(ctx, prompts, -1000)).num_rows == 16
+    assert asked == [("generate", 32), ("score", None), ("generate", None), ("score", None)]
+
+    from pipelines.stages import judge as stage
+
+    judged = ["rewards=[{name: correct, fn: integer_match}, {name: judge, judge: true, weight: 0}]",
+              "judge.warmup_steps=10"]
+    keyed = lambda overrides: stage.cache_path(load_config("self_judged_grpo", overrides), None)  # noqa: E731
+    original, stage.stage_path = stage.stage_path, lambda config, kind, source, label, extra: extra["judge"]
+    try:
+        unset, set32 = keyed(judged), keyed([*judged, "judge.warmup_samples=32"])
+    finally:
+        stage.stage_path = original
+    assert "warmup_samples" not in unset and set32["warmup_samples"] == 32
+    assert {k: v for k, v in set32.items() if k != "warmup_samples"} == unset

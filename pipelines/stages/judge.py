@@ -50,6 +50,10 @@ class JudgeConfig(Section):
     # re-draw the judged samples from the policy being fine-tuned every this many steps (None: drawn
     # once from the warm policy, whose errors the task data then trains away)
     warmup_resample: Optional[int] = Field(None, gt=0)
+    # sampled answers per labelled prompt the judge examples come from (None: rollout.samples_per_prompt).
+    # Where labelled prompts are few, more answers to each give the judge more of the check to learn
+    # and fewer passes over the same examples
+    warmup_samples: Optional[int] = Field(None, gt=0)
     # what the task share repeats: `answers`, the task's reference answers (every training prompt's);
     # `own`, the warm policy's own greedy answers to the training prompts, right or wrong: a rehearsal
     # that keeps the task where it was without teaching it (no label the verifier did not give; the
@@ -117,7 +121,8 @@ APART = ("judge.separate: that was the judge's copy; the policy starts RL where 
 def cache_path(config, source: str | None) -> Path:
     # `separate` does not change the warm-up (only where its result goes); warmup_task_samples is in
     # the key only where it is used, so keys made before it existed still hit
-    unused = {"separate"} | ({"warmup_task_samples"} if config.judge.warmup_task in ("answers", "own") else set())
+    unused = {"separate"} | ({"warmup_task_samples"} if config.judge.warmup_task in ("answers", "own") else set()) \
+        | ({"warmup_samples"} if config.judge.warmup_samples is None else set())
     return stage_path(config, "judges", source, config.accuracy_source(),
                       {"judge": config.judge.model_dump(exclude=unused)})
 
@@ -201,12 +206,12 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     rng = np.random.default_rng([cfg.seed, 17])
     await channel.publish(0)
     judged_prompts = labelled_prompts(ctx.prompts.train, 1024)
-    train = await labelled_samples(ctx, judged_prompts, -1000)
+    train = await labelled_samples(ctx, judged_prompts, -1000, judge.warmup_samples)
     held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
-    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples from {judged_prompts.num_rows} "
-                       f"labelled prompts; on held-out samples the judge agrees with the verifier {before:.3f} "
+    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples from {train.num_rows} answers to "
+                       f"{judged_prompts.num_rows} labelled prompts; on held-out samples the judge agrees with the verifier {before:.3f} "
                        f"(AUROC {fmt(auc_before)}) before")
     tasks = PromptSampler(await task_rows(ctx, judge.warmup_task, samples=judge.warmup_task_samples),
                           seed=cfg.seed + 2)
@@ -226,7 +231,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         stop_if_requested(ctx, "judging warm-up", steps)
         if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
             await channel.publish(0)
-            train = await labelled_samples(ctx, judged_prompts, -100_000 - 100 * steps)
+            train = await labelled_samples(ctx, judged_prompts, -100_000 - 100 * steps, judge.warmup_samples)
             try:
                 rows = judge_rows(train, cfg, rng)
                 judged = PromptSampler(rows, seed=cfg.seed + 3 + steps)
