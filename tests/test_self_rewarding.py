@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -171,17 +172,20 @@ def test_self_judged_grpo_reports_judge_quality_on_a_loopback_cluster(ray_env, w
     hacking between evaluations. Run without the loopback switch in the environment: the embedded
     cluster binds to 127.0.0.1 by itself. The same run logs Co-Reward (weight 0) over commuted
     question pairs: the paired prompts stay paired. Its judging warm-up distils the task share
-    (`judge.warmup_task=distill`: the learner holds a frozen teacher for it, then lets it go)."""
+    (`judge.warmup_task=distill`: the learner holds a frozen teacher for it, then lets it go), its
+    judge examples from 3 answers to each labelled prompt (`judge.warmup_samples`)."""
     env = {k: v for k, v in ray_env.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     run_dir = tmp_path / "run"
     out = coevo(small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}, "
                       "{name: co, fn: co_reward, group_by: pair_id, weight: 0}]", "data.analogs=commuted",
                       "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=4",
                       "judge.warmup_steps=4", "judge.warmup_resample=2", "judge.warmup_batch_size=8",
-                      "judge.warmup_task=distill", "judge.warmup_task_samples=2",
+                      "judge.warmup_task=distill", "judge.warmup_task_samples=2", "judge.warmup_samples=3",
                       "train.eval_every=2", "train.dump_rollouts=true", "--output-dir", str(run_dir)), env, tmp_path)
     assert "started a local Ray cluster (2 CPUs, 127.0.0.1:" in out
     assert "judging warm-up 2: loss" in out and "judging warm-up 4: loss" in out  # re-drawn once
+    drawn = re.search(r"judge examples from (\d+) answers to (\d+) labelled prompts", out)
+    assert drawn and int(drawn[1]) == 3 * int(drawn[2])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["judge_warmup/steps"] == 4 and "judge_warmup/auroc_own_samples" in summary
     evals = [r for r in read_metrics(run_dir) if "eval/accuracy" in r]
