@@ -12,6 +12,11 @@ the same batch shape; the seed changes sampling and prompt order only.
     python benchmarks/self_judges.py --task sorting --report --label _x             # table from the raw file
     python benchmarks/self_judges.py --task sorting --fractions 0.1 --train-size 1000 --recipes grpo \
         -- verifier.labelled_share=1                      # GRPO drawing only the ~100 labelled prompts
+    python benchmarks/self_judges.py --task sorting --fractions 0.1 --train-size 1000 --held-out 1000 \
+        --steps 40 --credit gated --judge-task distill --judge-task-fraction 0.75 --recipes spc \
+        -- algorithm.advantage=grpo_bernoulli algorithm.lr=5.0e-5 algorithm.kl_coef=0.1 \
+        rollout.prompts_per_step=64 verifier.labelled_share=0.5 judge.warmup_samples=32 \
+        judge.warmup_resample=25 spc.policy_items=128  # the judge's prompts on top of 32 labelled a step
 
 By default every recipe draws prompts as they come, so labelled ones make up `fraction` of a step and
 GRPO gets nothing from the rest. `-- verifier.labelled_share=1` makes GRPO draw only the labelled
