@@ -210,7 +210,8 @@ def start_accuracy(run: dict) -> float | None:
 def summarise(run: dict) -> dict:
     rows, s = run["rows"], run["summary"]
     acc = evals(rows)
-    auroc = [a for *_, a in evals(rows, "eval/judge_auroc")] or [a for *_, a in evals(rows, "eval/self_reward_auroc")]
+    auroc = [a for key in ("eval/judge_auroc", "eval/self_reward_auroc", "eval/reward_model_auroc")
+             for *_, a in evals(rows, key)]
     learned = [v for r in rows for k, v in r.items() if k.startswith("learned/") and k.endswith("/auroc")]
     batch = [r.get("spark/batch_auroc", r.get("judge/auroc")) for r in rows]
     batch = [b for b in batch if b is not None] or learned or \

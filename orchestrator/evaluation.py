@@ -33,34 +33,50 @@ async def judge_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
     """The policy-as-judge on the held-out greedy responses: its mean score, agreement and AUROC
     against the verifier, and `eval/hacking` (1 when the judge's score rose while held-out accuracy
     fell since the previous evaluation)."""
+    judge_pool = ctx.pools.get("judge", ctx.pools["generator"])
+    return await learned_quality(ctx, lambda table: judge_pool.call("judge", table, versioned=True),
+                                 ctx.config.judge_rewards()[0].name, "judge", accuracy, previous)
+
+
+async def reward_model_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
+    """The same for a reward model (`model:` source; Cooper's trained one or a frozen one): how well
+    its score on the held-out greedy responses separates right from wrong (`eval/reward_model_auroc`),
+    and `eval/hacking` when its mean score rose while held-out accuracy fell."""
+    pool = ctx.pools["reward_model"]
+    return await learned_quality(ctx, lambda table: pool.call("score", table, versioned=True),
+                                 ctx.config.model_rewards()[0].name, "reward_model", accuracy, previous)
+
+
+async def learned_quality(ctx, score, name: str, prefix: str, accuracy: dict, previous: dict | None) -> dict:
+    """A learned reward (`score` a table -> (scored table, info)) on the held-out greedy responses:
+    `eval/<prefix>_score` (its mean), `_agreement` (score > 0.5 against the verifier) and `_auroc`."""
     from actors import batch as B
 
     gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
-    judge_pool = ctx.pools.get("judge", gen)
     table, _ = await gen.call("generate", ctx.prompts.eval, greedy=True, versioned=True)
-    judged, _ = await judge_pool.call("judge", table, versioned=True)
-    scored, _ = await ver.call("score", judged)
+    learned, _ = await score(table)
+    scored, _ = await ver.call("score", learned)
     scored = await scored
-    judge = scored.column(B.REWARD_PREFIX + ctx.config.judge_rewards()[0].name).to_numpy(zero_copy_only=False)
+    value = scored.column(B.REWARD_PREFIX + name).to_numpy(zero_copy_only=False)
     label = scored.column(B.REWARD_PREFIX + ctx.config.accuracy_source()).to_numpy(zero_copy_only=False)
-    ok = ~np.isnan(judge) & ~np.isnan(label)
-    out = {"eval/judge_score": float(np.mean(judge[ok])) if ok.any() else None,
-           "eval/judge_agreement": float(np.mean((judge[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None,
-           "eval/judge_auroc": auroc(judge[ok], label[ok] >= 0.5)}
-    out.update(hacking(out, accuracy, previous))
+    ok = ~np.isnan(value) & ~np.isnan(label)
+    out = {f"eval/{prefix}_score": float(np.mean(value[ok])) if ok.any() else None,
+           f"eval/{prefix}_agreement": float(np.mean((value[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None,
+           f"eval/{prefix}_auroc": auroc(value[ok], label[ok] >= 0.5)}
+    out.update(hacking(out, accuracy, previous, f"eval/{prefix}_score"))
     return out
 
 
-def hacking(judge: dict, accuracy: dict, previous: dict | None) -> dict:
-    """Reward hacking between two evaluations: `eval/hacking` 1 when the judge's mean score
-    (`eval/judge_score`) rose while held-out accuracy fell, and `eval/hacking_count`, how many
-    evaluations of the run so far were flagged."""
+def hacking(judge: dict, accuracy: dict, previous: dict | None, key: str = "eval/judge_score") -> dict:
+    """Reward hacking between two evaluations: `eval/hacking` 1 when the learned reward's mean score
+    (`key`: the judge's `eval/judge_score`, a reward model's `eval/reward_model_score`) rose while
+    held-out accuracy fell, and `eval/hacking_count`, how many evaluations of the run so far were
+    flagged."""
     previous = previous or {}
     count = previous.get("eval/hacking_count") or 0
-    if judge.get("eval/judge_score") is None or previous.get("eval/judge_score") is None:
+    if judge.get(key) is None or previous.get(key) is None:
         return {"eval/hacking_count": count} if previous else {}
-    flag = float(judge["eval/judge_score"] > previous["eval/judge_score"]
-                 and accuracy["eval/accuracy"] < previous["eval/accuracy"])
+    flag = float(judge[key] > previous[key] and accuracy["eval/accuracy"] < previous["eval/accuracy"])
     return {"eval/hacking": flag, "eval/hacking_count": count + flag}
 
 

@@ -13,7 +13,7 @@ import ray
 from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.credit import Credit, Outcome
-from orchestrator.evaluation import greedy_accuracy, judge_quality
+from orchestrator.evaluation import greedy_accuracy, judge_quality, reward_model_quality
 from orchestrator.judge_credit import JudgeCreditConfig, LearnedRewards
 from orchestrator.label_select import choose_labelled
 from orchestrator.recipes import Recipe, Sources, policy_roles
@@ -138,6 +138,9 @@ class GRPO(Recipe):
         out = await greedy_accuracy(ctx)
         if ctx.config.judge_rewards():  # the policy judges itself: how well, and is it being gamed
             out.update(await judge_quality(ctx, out, getattr(self, "_last_eval", None)))
+            self._last_eval = out
+        elif ctx.config.model_rewards() and "reward_model" in ctx.pools:  # a reward model: the same questions
+            out.update(await reward_model_quality(ctx, out, getattr(self, "_last_eval", None)))
             self._last_eval = out
         return out
 

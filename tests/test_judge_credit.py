@@ -281,6 +281,15 @@ def test_hacking_counts_evaluations_where_the_judge_rose_while_accuracy_fell():
     assert hacking(third, third, {**second, **flagged}) == {"eval/hacking": 0.0, "eval/hacking_count": 1.0}
 
 
+def test_hacking_reads_a_reward_models_score_under_its_own_key():
+    """A reward model's evaluation (`eval/reward_model_score`) is flagged the same way; the judge's
+    key, absent there, flags nothing."""
+    first = {"eval/reward_model_score": 0.4, "eval/accuracy": 0.6}
+    second = {"eval/reward_model_score": 0.7, "eval/accuracy": 0.5}
+    assert hacking(second, second, first, "eval/reward_model_score") == {"eval/hacking": 1.0, "eval/hacking_count": 1.0}
+    assert hacking(second, second, first) == {"eval/hacking_count": 0}
+
+
 # ---- the recipes' safeguards ------------------------------------------------------------------------
 def test_spc_policy_items_are_balanced_labelled_rollouts():
     from pipelines.spc import policy_items

@@ -58,7 +58,10 @@ def test_reward_model_from_pairs_then_as_a_reward_source(ray_env, warm_cache, tm
     assert dump["reward.rm"].notna().all() and dump["reward.correct"].notna().all()
     assert (dump["reward"] - dump["reward.rm"]).abs().max() < 1e-5  # the verifier only logs (weight 0)
     assert dump["reward_model_version"].eq(0).all()  # a frozen reward model stays at version 0
-    assert "eval/accuracy" in read_metrics(run_dir)[-1]
+    last = read_metrics(run_dir)[-1]
+    assert "eval/accuracy" in last
+    # the frozen reward model is measured on the held-out greedy responses, as a judge would be
+    assert isinstance(last["eval/reward_model_score"], float) and "eval/reward_model_auroc" in last
     resume_needs_no_cache(run_dir, rm_dir, ray_env, tmp_path)
 
 
@@ -119,6 +122,7 @@ def test_cooper_trains_both_models_one_reward_model_version_per_batch(ray_env, w
     for key in ("rm/batch_pair_accuracy", "rm/pairs", "role/rm_learner/busy_frac", "role/reward_model/busy_frac",
                 "reward/rm/mean", "reward/correct/mean"):
         assert any(r.get(key) is not None for r in rows), key
+    assert isinstance(rows[-1]["eval/reward_model_score"], float) and "eval/reward_model_auroc" in rows[-1]
     final = run_dir / "checkpoints" / "final"
     assert (final / "policy_learner" / "config.json").is_file() and (final / "rm_learner" / "config.json").is_file()
 
