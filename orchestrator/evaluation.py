@@ -41,15 +41,19 @@ async def judge_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
 async def reward_model_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
     """The same for a reward model (`model:` source; Cooper's trained one or a frozen one): how well
     its score on the held-out greedy responses separates right from wrong (`eval/reward_model_auroc`),
-    and `eval/hacking` when its mean score rose while held-out accuracy fell."""
+    and `eval/hacking` when its mean score rose while held-out accuracy fell. Its scores are
+    Bradley-Terry logits, not probabilities, so no agreement at 0.5."""
     pool = ctx.pools["reward_model"]
     return await learned_quality(ctx, lambda table: pool.call("score", table, versioned=True),
-                                 ctx.config.model_rewards()[0].name, "reward_model", accuracy, previous)
+                                 ctx.config.model_rewards()[0].name, "reward_model", accuracy, previous,
+                                 probability=False)
 
 
-async def learned_quality(ctx, score, name: str, prefix: str, accuracy: dict, previous: dict | None) -> dict:
+async def learned_quality(ctx, score, name: str, prefix: str, accuracy: dict, previous: dict | None,
+                          probability: bool = True) -> dict:
     """A learned reward (`score` a table -> (scored table, info)) on the held-out greedy responses:
-    `eval/<prefix>_score` (its mean), `_agreement` (score > 0.5 against the verifier) and `_auroc`."""
+    `eval/<prefix>_score` (its mean), `_auroc` and, where its score is a probability, `_agreement`
+    (score > 0.5 against the verifier)."""
     from actors import batch as B
 
     gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
@@ -61,8 +65,9 @@ async def learned_quality(ctx, score, name: str, prefix: str, accuracy: dict, pr
     label = scored.column(B.REWARD_PREFIX + ctx.config.accuracy_source()).to_numpy(zero_copy_only=False)
     ok = ~np.isnan(value) & ~np.isnan(label)
     out = {f"eval/{prefix}_score": float(np.mean(value[ok])) if ok.any() else None,
-           f"eval/{prefix}_agreement": float(np.mean((value[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None,
            f"eval/{prefix}_auroc": auroc(value[ok], label[ok] >= 0.5)}
+    if probability:
+        out[f"eval/{prefix}_agreement"] = float(np.mean((value[ok] > 0.5) == (label[ok] >= 0.5))) if ok.any() else None
     out.update(hacking(out, accuracy, previous, f"eval/{prefix}_score"))
     return out
 

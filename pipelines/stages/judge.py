@@ -120,7 +120,8 @@ APART = ("judge.separate: that was the judge's copy; the policy starts RL where 
 
 def cache_path(config, source: str | None) -> Path:
     # `separate` does not change the warm-up (only where its result goes); warmup_task_samples is in
-    # the key only where it is used, so keys made before it existed still hit
+    # the key only where it is used and warmup_samples only where it is set, so keys made before
+    # either existed still hit
     unused = {"separate"} | ({"warmup_task_samples"} if config.judge.warmup_task in ("answers", "own") else set()) \
         | ({"warmup_samples"} if config.judge.warmup_samples is None else set())
     return stage_path(config, "judges", source, config.accuracy_source(),
