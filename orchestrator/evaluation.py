@@ -152,7 +152,7 @@ async def labelled_samples(ctx, prompts, seq0: int, n: int | None = None):
     gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
 
     async def one(i, chunk):
-        table, _ = await gen.call("generate", chunk, seq=seq0 - i, versioned=True, **({"n": n} if n else {}))
+        table, _ = await gen.call("generate", chunk, seq=seq0 - i, versioned=True, n=n)
         scored, _ = await ver.call("score", table)
         return scored
 

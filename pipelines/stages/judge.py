@@ -212,8 +212,8 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
     ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples from {train.num_rows} answers to "
-                       f"{judged_prompts.num_rows} labelled prompts; on held-out samples the judge agrees with the verifier {before:.3f} "
-                       f"(AUROC {fmt(auc_before)}) before")
+                       f"{judged_prompts.num_rows} labelled prompts; on held-out samples the judge agrees with the "
+                       f"verifier {before:.3f} (AUROC {fmt(auc_before)}) before")
     tasks = PromptSampler(await task_rows(ctx, judge.warmup_task, samples=judge.warmup_task_samples),
                           seed=cfg.seed + 2)
     judged = PromptSampler(rows, seed=cfg.seed + 3)
