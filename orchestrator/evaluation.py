@@ -10,17 +10,21 @@ import numpy as np
 from actors.envs.metrics import episode_metrics
 
 
-async def greedy_accuracy(ctx, prompts=None) -> dict[str, float]:
-    """Greedy accuracy on the held-out split, spread over the generator replicas."""
+async def greedy_accuracy(ctx, prompts=None, keep: list | None = None) -> dict[str, float]:
+    """Greedy accuracy on the held-out split, spread over the generator replicas. `keep`: a list the
+    generated tables are appended to (in prompt order), for a learned reward to score the same
+    responses (`judge_quality`, `reward_model_quality`) instead of generating them again."""
     gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
     chunks = ctx.split(ctx.prompts.eval if prompts is None else prompts, len(gen.replicas))
 
     async def one(chunk):
         table, info = await gen.call("generate", chunk, greedy=True, versioned=True)
-        return await ver.call("evaluate", table, table=False), info
+        return (await ver.call("evaluate", table, table=False), table), info
 
     done = await asyncio.gather(*[one(c) for c in chunks])
-    results = [r for r, _ in done]
+    if keep is not None:
+        keep.extend(table for (_, table), _ in done)
+    results = [r for (r, _), _ in done]
     n = sum(r["samples"] for r in results)
     out = {"eval/accuracy": sum(r["accuracy"] * r["samples"] for r in results) / n,
            **episode_metrics([info for _, info in done], prefix="eval/env/")}  # multi-turn episodes (env.name)
@@ -29,16 +33,17 @@ async def greedy_accuracy(ctx, prompts=None) -> dict[str, float]:
     return out
 
 
-async def judge_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
+async def judge_quality(ctx, accuracy: dict, previous: dict | None, responses: list | None = None) -> dict:
     """The policy-as-judge on the held-out greedy responses: its mean score, agreement and AUROC
     against the verifier, and `eval/hacking` (1 when the judge's score rose while held-out accuracy
-    fell since the previous evaluation)."""
+    fell since the previous evaluation). `responses`: the tables `greedy_accuracy(keep=)` generated
+    at this evaluation (else generated here)."""
     judge_pool = ctx.pools.get("judge", ctx.pools["generator"])
     return await learned_quality(ctx, lambda table: judge_pool.call("judge", table, versioned=True),
-                                 ctx.config.judge_rewards()[0].name, "judge", accuracy, previous)
+                                 ctx.config.judge_rewards()[0].name, "judge", accuracy, previous, responses)
 
 
-async def reward_model_quality(ctx, accuracy: dict, previous: dict | None) -> dict:
+async def reward_model_quality(ctx, accuracy: dict, previous: dict | None, responses: list | None = None) -> dict:
     """The same for a reward model (`model:` source; Cooper's trained one or a frozen one): how well
     its score on the held-out greedy responses separates right from wrong (`eval/reward_model_auroc`),
     and `eval/hacking` when its mean score rose while held-out accuracy fell. Its scores are
@@ -46,18 +51,24 @@ async def reward_model_quality(ctx, accuracy: dict, previous: dict | None) -> di
     pool = ctx.pools["reward_model"]
     return await learned_quality(ctx, lambda table: pool.call("score", table, versioned=True),
                                  ctx.config.model_rewards()[0].name, "reward_model", accuracy, previous,
-                                 probability=False)
+                                 responses, probability=False)
 
 
 async def learned_quality(ctx, score, name: str, prefix: str, accuracy: dict, previous: dict | None,
-                          probability: bool = True) -> dict:
-    """A learned reward (`score` a table -> (scored table, info)) on the held-out greedy responses:
+                          responses: list | None = None, probability: bool = True) -> dict:
+    """A learned reward (`score` a table -> (scored table, info)) on the held-out greedy responses
+    (`responses`, the tables of this evaluation's greedy pass; generated here where not given):
     `eval/<prefix>_score` (its mean), `_auroc` and, where its score is a probability, `_agreement`
     (score > 0.5 against the verifier)."""
+    import pyarrow as pa
+
     from actors import batch as B
 
     gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
-    table, _ = await gen.call("generate", ctx.prompts.eval, greedy=True, versioned=True)
+    if responses:  # object references in a run (the generators' output), tables in a test
+        table = pa.concat_tables([t if isinstance(t, pa.Table) else await t for t in responses])
+    else:
+        table, _ = await gen.call("generate", ctx.prompts.eval, greedy=True, versioned=True)
     learned, _ = await score(table)
     scored, _ = await ver.call("score", learned)
     scored = await scored

@@ -135,12 +135,13 @@ class GRPO(Recipe):
         return {**metrics, "time/publish_s": time.perf_counter() - mark}
 
     async def evaluate(self, ctx) -> dict:
-        out = await greedy_accuracy(ctx)
+        responses: list = []  # the greedy responses, scored again by the judge or reward model below
+        out = await greedy_accuracy(ctx, keep=responses)
         if ctx.config.judge_rewards():  # the policy judges itself: how well, and is it being gamed
-            out.update(await judge_quality(ctx, out, getattr(self, "_last_eval", None)))
+            out.update(await judge_quality(ctx, out, getattr(self, "_last_eval", None), responses))
             self._last_eval = out
         elif ctx.config.model_rewards() and "reward_model" in ctx.pools:  # a reward model: the same questions
-            out.update(await reward_model_quality(ctx, out, getattr(self, "_last_eval", None)))
+            out.update(await reward_model_quality(ctx, out, getattr(self, "_last_eval", None), responses))
             self._last_eval = out
         return out
 

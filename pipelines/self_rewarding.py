@@ -383,7 +383,8 @@ class SelfRewarding(GRPO):
         return {**metrics, **self.source.iteration_info, "iter/epoch": self.source.epoch}
 
     async def evaluate(self, ctx) -> dict:
-        out = await greedy_accuracy(ctx)
-        out.update(await judge_quality(ctx, out, getattr(self, "_last_eval", None)))
+        responses: list = []
+        out = await greedy_accuracy(ctx, keep=responses)
+        out.update(await judge_quality(ctx, out, getattr(self, "_last_eval", None), responses))
         self._last_eval = out
         return out

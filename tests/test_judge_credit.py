@@ -291,6 +291,54 @@ def test_hacking_reads_a_reward_models_score_under_its_own_key():
 
 
 # ---- the recipes' safeguards ------------------------------------------------------------------------
+def test_the_judge_scores_the_evaluations_greedy_responses_without_generating_them_again():
+    """An evaluation generates the held-out greedy responses once: `greedy_accuracy(keep=)` hands its
+    tables (one a generator replica, in prompt order) to the judge's measure, which scores those
+    rows instead of asking the generators again; without them it generates its own."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from actors import batch as B
+    from orchestrator.evaluation import greedy_accuracy, judge_quality
+
+    calls = []
+    right = {"p0": True, "p1": False, "p2": True, "p3": False}
+
+    class Pool:
+        replicas = [0, 1]
+
+        async def call(self, method, data, **kwargs):  # `table=False` is a keyword of the evaluate call
+            calls.append((method, data.column("prompt_id").to_pylist()))
+            ids = data.column("prompt_id").to_pylist()
+            if method == "generate":
+                return data.append_column("response", pa.array(["r"] * len(ids))), {}
+            if method == "evaluate":
+                return {"accuracy": sum(right[i] for i in ids) / len(ids), "samples": len(ids)}
+            column = B.REWARD_PREFIX + ("judge" if method == "judge" else "correct")
+            out = data.append_column(column, pa.array([float(right[i]) for i in ids]))
+            if method == "judge":
+                return out, {}
+
+            async def scored():
+                return out
+            return scored(), {}
+
+    config = SimpleNamespace(judge_rewards=lambda: [SimpleNamespace(name="judge")], accuracy_source=lambda: "correct")
+    held_out = pa.table({"prompt_id": list(right), "prompt": ["a", "b", "c", "d"]})
+    ctx = SimpleNamespace(config=config, pools={"generator": Pool(), "verifier": Pool()},
+                          prompts=SimpleNamespace(eval=held_out),
+                          split=lambda table, pieces: [table.slice(0, 2), table.slice(2)])
+    responses: list = []
+    accuracy = asyncio.run(greedy_accuracy(ctx, keep=responses))
+    judged = asyncio.run(judge_quality(ctx, accuracy, None, responses))
+    assert accuracy["eval/accuracy"] == 0.5 and judged["eval/judge_auroc"] == 1.0
+    assert [c for c in calls if c[0] == "generate"] == [("generate", ["p0", "p1"]), ("generate", ["p2", "p3"])]
+    assert ("judge", ["p0", "p1", "p2", "p3"]) in calls
+    calls.clear()
+    asyncio.run(judge_quality(ctx, accuracy, None))  # no responses handed over: it generates them itself
+    assert calls[0] == ("generate", ["p0", "p1", "p2", "p3"])
+
+
 def test_spc_policy_items_are_balanced_labelled_rollouts():
     from pipelines.spc import policy_items
 
