@@ -65,7 +65,9 @@ async def learned_quality(ctx, score, name: str, prefix: str, accuracy: dict, pr
     from actors import batch as B
 
     gen, ver = ctx.pools["generator"], ctx.pools["verifier"]
-    if responses:  # object references in a run (the generators' output), tables in a test
+    if len(responses or ()) == 1:  # one generator replica: its output as it is (a reference in a run)
+        table = responses[0]
+    elif responses:  # one piece a replica, joined on the driver (references in a run, tables in a test)
         table = pa.concat_tables([t if isinstance(t, pa.Table) else await t for t in responses])
     else:
         table, _ = await gen.call("generate", ctx.prompts.eval, greedy=True, versioned=True)

@@ -290,7 +290,6 @@ def test_hacking_reads_a_reward_models_score_under_its_own_key():
     assert hacking(second, second, first) == {"eval/hacking_count": 0}
 
 
-# ---- the recipes' safeguards ------------------------------------------------------------------------
 def test_the_judge_scores_the_evaluations_greedy_responses_without_generating_them_again():
     """An evaluation generates the held-out greedy responses once: `greedy_accuracy(keep=)` hands its
     tables (one a generator replica, in prompt order) to the judge's measure, which scores those
@@ -339,6 +338,7 @@ def test_the_judge_scores_the_evaluations_greedy_responses_without_generating_th
     assert calls[0] == ("generate", ["p0", "p1", "p2", "p3"])
 
 
+# ---- the recipes' safeguards ------------------------------------------------------------------------
 def test_spc_policy_items_are_balanced_labelled_rollouts():
     from pipelines.spc import policy_items
 
