@@ -17,6 +17,8 @@ the same batch shape; the seed changes sampling and prompt order only.
         -- algorithm.advantage=grpo_bernoulli algorithm.lr=5.0e-5 algorithm.kl_coef=0.1 \
         rollout.prompts_per_step=64 verifier.labelled_share=0.5 judge.warmup_samples=32 \
         judge.warmup_resample=25 spc.policy_items=128  # the judge's prompts on top of 32 labelled a step
+    python benchmarks/self_judges.py ... --judge-separate --judge-online 128 --recipes self_judged_grpo -- ...
+                                                          # its judge apart learning from 128 labelled rollouts a step
 
 By default every recipe draws prompts as they come, so labelled ones make up `fraction` of a step and
 GRPO gets nothing from the rest. `-- verifier.labelled_share=1` makes GRPO draw only the labelled
@@ -85,10 +87,13 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
             f"judge.warmup_task_fraction={args.judge_task_fraction}"]
     # --judge-separate: the judge apart from the policy (judge.separate), where the recipe allows it
     shared, warm = warm, warm + (["judge.separate=true"] if args.judge_separate else [])
+    # --judge-online N: self_judged_grpo's judge apart goes on learning from N labelled rollouts a step
+    online = [f"judge.online_items={args.judge_online}", f"judge.online_lr={args.judge_online_lr}"] \
+        if args.judge_online else []
     return {
         "grpo": ("grpo_addition", [f"rewards=[{{name: {v}}}]"]),
         "self_judged_grpo": ("self_judged_grpo", [judge, f"aggregate.fill={{{v}: judge}}", f"verifier.accuracy_source={v}",
-                                                  *warm]),
+                                                  *warm, *online]),
         # the control: self_judged_grpo's judging warm-up, then GRPO on the labelled prompts alone
         "grpo_after_judge_warmup": ("self_judged_grpo", [judge, f"verifier.accuracy_source={v}", *warm]),
         "spark": ("spark", [judge, f"aggregate.fill={{{v}: judge}}", *shared, f"spark.eval_prompts={args.eval_prompts}"]),
@@ -305,6 +310,10 @@ def main() -> None:
     parser.add_argument("--judge-separate", action="store_true",
                         help="judge.separate for every recipe but spark (which trains its judge in the policy): "
                              "the judging warm-up trains a judge apart, and the policy starts RL where it was")
+    parser.add_argument("--judge-online", type=int, default=0,
+                        help="with --judge-separate: judge.online_items of self_judged_grpo, whose judge apart then "
+                             "trains on up to this many labelled rollouts a step (0: the fixed judge apart)")
+    parser.add_argument("--judge-online-lr", type=float, default=3e-4, help="judge.online_lr (--judge-online)")
     parser.add_argument("--guard", type=float, default=0.6,
                         help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
                              "self_judged_grpo, spc and self_rewarding guard at 0.8, set for addition's weak judges, "
@@ -324,6 +333,8 @@ def main() -> None:
                         "and run only the (recipe, fraction, seed) it lacks")
     parser.add_argument("extra", nargs="*", help="overrides for every run (after --)")
     args = parser.parse_args()
+    if args.judge_online and not args.judge_separate:
+        parser.error("--judge-online trains the judge apart: add --judge-separate")
     from runs import export_splits, warm_checkpoint
 
     name = f"self_judges_{args.task}{'_gap' if args.gap else ''}{args.label}"

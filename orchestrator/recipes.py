@@ -50,6 +50,7 @@ class Recipe:
     name = "recipe"
     policy = True  # trains the policy (and so needs the SFT warm-up)
     separate_judge = False  # can judge apart from the policy (judge.separate: a judge pool of its own)
+    online_judge = False  # can train that judge apart as it runs (judge.online_items: a judge learner)
     selects_labels = False  # its per-piece scoring spends the labels after generation (verifier.select)
     stage_names: tuple[str, ...] = DEFAULT  # registered stages (orchestrator.stages), in order
     # Config sections this recipe owns: name -> pydantic model (orchestrator.settings). Its stages'

@@ -89,6 +89,12 @@ class Run:
     def _learner_roles(self) -> list[str]:
         return [name for name, kind in self.recipe.role_kinds(self.config).items() if kind == "learner"]
 
+    def _judges_by_vector(self) -> bool:
+        """judge.separate with a fixed judge apart: the policy plus the judge vector (not a judge learner)."""
+        judge = getattr(self.config, "judge", None)
+        return bool(judge is not None and judge.separate and self.recipe.separate_judge
+                    and not (judge.online_items and self.recipe.online_judge))
+
     def _resumed_sources(self) -> Sources:
         """Model directories of the checkpoint being resumed (its frozen models back in the run
         directory first: they need not exist anywhere else)."""
@@ -98,7 +104,7 @@ class Run:
         src = Sources(policy=policy, reward_models=reward_models)
         if (self._frozen or {}).get("judge_vector"):  # judge.separate
             src.judge_vector = str(self.run_dir / self._frozen["judge_vector"])
-        elif getattr(getattr(self.config, "judge", None), "separate", False) and self.recipe.separate_judge:
+        elif self._judges_by_vector():
             raise ValueError(f"--resume with judge.separate: true, but the checkpoint {self.resume_from} has no judge "
                              "vector (its run judged with the policy itself); resume without judge.separate, or "
                              "start a new run")

@@ -30,6 +30,7 @@ def trained_source(config) -> str:
 
 class Cooper(GRPO):
     name = "cooper"
+    online_judge = False  # its learn step trains the policy and the reward model only
     settings = {"reward_model": RewardModelConfig}  # the reward model it trains, named when its source is missing
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
 import ray
 
 from actors import batch as B
@@ -30,6 +31,7 @@ class GRPO(Recipe):
 
     name = "grpo"
     separate_judge = True  # its judge reward reads a judge pool of its own where judge.separate asks
+    online_judge = True  # and trains that judge on each step's labelled rollouts where judge.online_items asks
     selects_labels = True  # its score_piece reads verifier.select (a subclass that replaces score_piece sets False)
     settings = {"judge_credit": JudgeCreditConfig}  # how learned rewards enter its credit step
 
@@ -76,7 +78,15 @@ class GRPO(Recipe):
         if config.model_rewards():
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,),
                                              {"template": config.reward_model.template}, kind="scorer", num_cpus=0)
-        if config.judge_rewards() and (not config.judge.shared or config.judge.separate):
+        if config.judge_rewards() and config.judge.online_items and cls.online_judge:
+            # a judge apart that goes on learning: a model of its own, from the judging warm-up's
+            judge = sources.learners.get("judge_learner", sources.judge)
+            roles["judge"] = RoleSpec("actors.generator:Generator", (judge,), cls.generator_args(config),
+                                      kind="generator", num_cpus=0)
+            roles["judge_learner"] = RoleSpec("actors.judge_learner:JudgeLearner", (judge,),
+                                              {"lr": config.judge.online_lr, "replay": config.judge.online_replay},
+                                              kind="learner", num_cpus=0)
+        elif config.judge_rewards() and (not config.judge.shared or config.judge.separate):
             # the policy's weights in a pool of their own; judge.separate: plus the judge vector
             apart = {"judge_vector": sources.judge_vector} if config.judge.separate else {}
             roles["judge"] = RoleSpec("actors.generator:Generator", (sources.policy,),
@@ -84,6 +94,9 @@ class GRPO(Recipe):
         return roles
 
     def channels(self, ctx) -> dict:
+        if "judge_learner" in ctx.pools:  # the judge pool follows its own learner, not the policy
+            return {"policy": Channel("policy", ctx.pools["policy_learner"], [ctx.pools["generator"]]),
+                    "judge": Channel("judge", ctx.pools["judge_learner"], [ctx.pools["judge"]])}
         targets = [ctx.pools[r] for r in ("generator", "judge") if r in ctx.pools]
         return {"policy": Channel("policy", ctx.pools["policy_learner"], targets)}
 
@@ -125,6 +138,25 @@ class GRPO(Recipe):
         return [t for t, _ in scored]
 
     async def learn(self, ctx, tables: list, dump_path: str | None) -> dict:
+        if "judge_learner" not in ctx.pools:
+            return await self._learn_policy(ctx, tables, dump_path)
+        policy, judge = await asyncio.gather(self._learn_policy(ctx, tables, dump_path), self._learn_judge(ctx, tables))
+        return {**policy, **judge}
+
+    async def _learn_judge(self, ctx, tables: list) -> dict:
+        """judge.online_items: the judge apart takes a step on this batch's labelled rollouts (as many
+        right as wrong) and publishes to its pool, which judges the next step's samples with it."""
+        from actors.judge_learner import THRESHOLD, labelled_items
+
+        cfg = ctx.config
+        batch = B.concat(list(await asyncio.gather(*tables)))
+        rng = np.random.default_rng([cfg.seed, ctx.step, 31])
+        items = labelled_items(batch, cfg.accuracy_source(), THRESHOLD, cfg.judge.online_items, rng)
+        metrics = await ctx.pools["judge_learner"].call("train_game", None, items, table=False)
+        await publish(ctx, "judge", metrics["judge_learner/version"])
+        return metrics
+
+    async def _learn_policy(self, ctx, tables: list, dump_path: str | None) -> dict:
         learner, payload = ctx.pools["policy_learner"], None
         if ctx.channels["policy"].takes_payload:  # the step and its weights in one call
             payload, metrics = await learner.call("train_step_published", *tables, dump_path=dump_path)

@@ -337,6 +337,7 @@ def labelled_rows(samples: pa.Table, label: str) -> pa.Table:
 class SelfRewarding(GRPO):
     name = "self_rewarding"
     separate_judge = True  # each iteration's policy judges its pairs: on the generators, or a judge pool apart
+    online_judge = False  # its judge is each iteration's policy (plus the judge vector where apart)
     selects_labels = False  # its pairs' labels are the dataset's fixed subset (iterations.labels)
     settings = {"judge": JudgeConfig, "iterations": IterationsConfig}  # the policy judges its pairs
 

@@ -24,12 +24,11 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
-import torch
 from pydantic import Field, field_validator
 
 from actors import batch as B
-from actors.judging import render, verdict_logprobs
-from actors.learner import Learner
+from actors.judging import render
+from actors.judge_learner import labelled_items
 from orchestrator.channels import Channel
 from orchestrator.config import Section, template_fields
 from orchestrator.credit import Credit, Outcome
@@ -127,26 +126,6 @@ def pick_correct(table: pa.Table, label: str, threshold: float, limit: int, rng)
     return chosen
 
 
-def policy_items(table: pa.Table, label: str, threshold: float, limit: int, rng) -> pa.Table:
-    """Up to `limit` of the batch's verifier-labelled, non-empty rollouts as critic items (`prompt`,
-    `response`, `step_correct`), as many correct as wrong (none where one kind is missing)."""
-    empty = pa.table({"prompt": pa.array([], pa.string()), "response": pa.array([], pa.string()),
-                      "step_correct": pa.array([], pa.bool_())})
-    if limit == 0 or B.REWARD_PREFIX + label not in table.schema.names:
-        return empty
-    values = table.column(B.REWARD_PREFIX + label).to_numpy(zero_copy_only=False).astype(np.float64)
-    responses = table.column("response").to_pylist()
-    ok = ~np.isnan(values) & np.array([r.strip() != "" for r in responses], bool)
-    good, bad = np.nonzero(ok & (values >= threshold))[0], np.nonzero(ok & (values < threshold))[0]
-    n = min(len(good), len(bad), limit // 2)
-    if n == 0:
-        return empty
-    rows = np.concatenate([rng.choice(good, n, replace=False), rng.choice(bad, n, replace=False)])
-    prompts = table.column("prompt").to_pylist()
-    return pa.table({"prompt": [prompts[i] for i in rows], "response": [responses[i] for i in rows],
-                     "step_correct": pa.array([True] * n + [False] * n, pa.bool_())})
-
-
 def batch_auroc(table: pa.Table, critic: str, label: str) -> float | None:
     """The critic's AUROC against the verifier on the rows the verifier labelled."""
     names = table.schema.names
@@ -156,70 +135,9 @@ def batch_auroc(table: pa.Table, critic: str, label: str) -> float | None:
     return auroc(score, truth >= 0.5)
 
 
-class CriticLearner(Learner):
-    """The critic: its verdict on a step is P(judge.yes) against P(judge.no) after judge.template (the
-    judge pool's read-out). It trains on the expected game reward under that two-way distribution,
-    sum over verdicts v of pi(v | step) R(v) = s (2 P(yes) - 1) with s = +1 for a correct step and
-    -1 for a wrong one: the exact policy gradient of its one-token game, which GRPO on sampled
-    verdicts would estimate. The two kinds of step weigh half each, whatever their counts."""
-
-    def __init__(self, config, model_source: str | None = None, role: dict | None = None, lr: float | None = None,
-                 replay: int = 0):
-        from collections import deque
-
-        from actors.judging import single_token
-
-        super().__init__(config, model_source, role, objectives=[], lr=lr, reference=False)
-        self.yes = single_token(self.tokenizer, config.judge.yes, "judge.yes")
-        self.no = single_token(self.tokenizer, config.judge.no, "judge.no")
-        self.replay = replay
-        self.past: deque[pa.Table] = deque(maxlen=replay or None)  # the last `replay` steps' policy items
-
-    def extra_state(self) -> dict:  # checkpointed: a resumed run replays what the killed one would have
-        return {**super().extra_state(), "spc_replay": list(self.past)}
-
-    def load_extra_state(self, state: dict) -> None:
-        super().load_extra_state(state)
-        self.past.clear()
-        if self.replay:
-            self.past.extend(state.get("spc_replay", []))
-
-    def train_game(self, table: pa.Table, own: pa.Table | None = None) -> dict[str, float]:
-        """One optimizer step on the judged steps (`prompt`, `response`, `step_correct`): the game's
-        items (`table`), the policy's labelled rollouts (`own`) and those of the last `replay` steps."""
-        replayed = list(self.past)
-        if self.replay and own is not None and own.num_rows:
-            self.past.append(own)
-        parts = [t for t in (table, own, *replayed) if t is not None and t.num_rows]
-        if not parts:
-            return {"critic/version": self.version, "critic/steps_judged": 0}
-        table = pa.concat_tables(parts)
-        texts = [render(self.config.judge.template, p, r) for p, r in
-                 zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
-        correct = np.asarray(table.column("step_correct").to_pylist(), bool)
-        sign = torch.from_numpy(np.where(correct, 1.0, -1.0)).float()
-        counts = {True: int(correct.sum()), False: int((~correct).sum())}
-        kinds = sum(1 for n in counts.values() if n)
-        weight = torch.tensor([1.0 / (kinds * counts[bool(c)]) for c in correct]).float()
-        self.optimizer.zero_grad(set_to_none=True)
-        expected, right = 0.0, 0
-        for start in range(0, len(texts), self.algo.micro_batch_size):
-            rows = slice(start, start + self.algo.micro_batch_size)
-            pair = verdict_logprobs(self.model, self.tokenizer, texts[rows], self.yes, self.no, self.device)
-            value = sign[rows].to(self.device) * (2 * pair[:, 0].exp() - 1)  # expected reward per step
-            (-(weight[rows].to(self.device) * value).sum()).backward()
-            expected += float((weight[rows].to(self.device) * value).sum().detach())
-            right += int(((pair[:, 0] >= pair[:, 1]).cpu().numpy() == correct[rows]).sum())
-        self.clip_grads(self.algo.grad_clip)
-        self.optimizer.step()
-        self.version += 1
-        return {"critic/version": self.version, "critic/expected_reward": expected,
-                "critic/accuracy_before": right / len(texts), "critic/steps_judged": len(texts),
-                "critic/replayed": sum(t.num_rows for t in replayed)}
-
-
 class SPC(GRPO):
     name = "spc"
+    online_judge = False  # its critic learns from the game (and spc.policy_items), on a learner of its own
     settings = {"judge": JudgeConfig, "spc": SpcConfig}  # the critic is a judge (its cross_check asks for its source)
 
     @classmethod
@@ -232,8 +150,8 @@ class SPC(GRPO):
         args = cls.generator_args(config)
         roles["judge"] = RoleSpec("actors.generator:Generator", (critic,), args, kind="generator", num_cpus=0)
         roles["sneaky"] = RoleSpec("actors.generator:Generator", (sneaky,), args, kind="generator", num_cpus=0)
-        roles["critic_learner"] = RoleSpec("pipelines.spc:CriticLearner", (critic,),
-                                           {"lr": spc.critic_lr, "replay": spc.replay},
+        roles["critic_learner"] = RoleSpec("actors.judge_learner:JudgeLearner", (critic,),
+                                           {"lr": spc.critic_lr, "replay": spc.replay, "prefix": "critic"},
                                            kind="learner", num_cpus=0)
         roles["sneaky_learner"] = RoleSpec("actors.learner:Learner", (sneaky,),
                                            {"lr": spc.sneaky_lr, "objectives": ["policy_gradient"]},
@@ -284,7 +202,7 @@ class SPC(GRPO):
         out.update({f"spc/invalid/{why}": int((status == why).sum()) for why in ("not_wrong", "unverified", "empty")})
         critic_reward = np.full(scored.num_rows, np.nan)
         learning = []
-        own = policy_items(batch, label, spc.threshold, spc.policy_items, rng)
+        own = labelled_items(batch, label, spc.threshold, spc.policy_items, rng)
         out["spc/policy_items"] = own.num_rows
         if len(item_steps):
             items = pa.table({"prompt": item_prompts, "response": item_steps, "step_correct": step_correct})

@@ -339,8 +339,8 @@ def test_the_judge_scores_the_evaluations_greedy_responses_without_generating_th
 
 
 # ---- the recipes' safeguards ------------------------------------------------------------------------
-def test_spc_policy_items_are_balanced_labelled_rollouts():
-    from pipelines.spc import policy_items
+def test_judged_items_are_balanced_labelled_rollouts():
+    from actors.judge_learner import labelled_items as policy_items
 
     table = pa.table({"prompt": [f"q{i}" for i in range(8)], "response": ["1", "2", "", "4", "5", "6", "7", "8"],
                       "reward.correct": pa.array([1, 1, 1, 0, 0, 0, None, 1], pa.float32())})

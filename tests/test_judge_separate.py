@@ -112,6 +112,41 @@ def test_separate_needs_a_warm_up_and_a_recipe_that_judges_apart() -> None:
     assert "judge" not in RECIPES.get("self_rewarding").roles(shared, Sources(policy="p"))
 
 
+def test_a_judge_apart_that_learns_needs_separate_and_a_recipe_that_trains_it() -> None:
+    from orchestrator.config import ConfigError, load_config
+    from orchestrator.recipes import RECIPES, Sources
+    from pipelines.stages.judge import JudgeWarmup
+
+    judged = "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]"
+    apart = [judged, "judge.separate=true", "judge.warmup_steps=5"]
+    with pytest.raises(ConfigError, match=r"judge.online_items=8 trains a judge apart from the policy; set "
+                                          r"judge.separate: true"):
+        load_config(None, [judged, "judge.warmup_steps=5", "judge.online_items=8"])
+    with pytest.raises(ConfigError, match=r"judge.online_replay=2 replays .* judge.online_items is 0"):
+        load_config(None, [*apart, "judge.online_replay=2"])
+    for recipe in ("spc", "self_rewarding"):
+        with pytest.raises(ConfigError, match=f"judge.online_items: recipe '{recipe}' does not train a judge apart"):
+            load_config(recipe, [*apart, "judge.online_items=8"])
+    # the roles: a judge learner and its pool, both from the judge-warmed model (a resume: the
+    # learner's checkpoint); no judge vector
+    config = load_config(None, [*apart, "judge.online_items=8", "judge.online_lr=2e-4", "judge.online_replay=2"])
+    roles = RECIPES.get("grpo").roles(config, Sources(policy="p", judge="j"))
+    assert roles["judge"].args == ("j",) and "judge_vector" not in roles["judge"].kwargs
+    assert roles["judge_learner"].args == ("j",) and roles["judge_learner"].kind == "learner"
+    assert roles["judge_learner"].kwargs == {"lr": 2e-4, "replay": 2}
+    resumed = RECIPES.get("grpo").roles(config, Sources(policy="p", judge="j", learners={"judge_learner": "ck"}))
+    assert resumed["judge"].args == resumed["judge_learner"].args == ("ck",)
+    # the warm-up hands the judge-warmed model on, and writes no vector (a bare policy is fine)
+    sources = Sources()
+    bare = load_config(None, [*apart, "judge.online_items=8", "warmup.enabled=false"])
+    info = JudgeWarmup().apply(bare, sources, "/judged", {})
+    assert sources.judge == "/judged" and sources.judge_vector is None and info["judge_warmup/separate"] is True
+    # the judging warm-up's cache key does not change: a fixed judge apart's warm-up is reused
+    from pipelines.stages.judge import cache_path
+
+    assert cache_path(bare, "s") == cache_path(load_config(None, [*apart, "warmup.enabled=false"]), "s")
+
+
 @pytest.mark.slow
 def test_self_judged_grpo_with_a_judge_apart_starts_from_the_policy_and_resumes(ray_env, warm_cache, tmp_path) -> None:
     """The policy starts RL at the SFT warm-up's accuracy (the judging warm-up trained a copy); the
@@ -144,6 +179,39 @@ def test_self_judged_grpo_with_a_judge_apart_starts_from_the_policy_and_resumes(
     coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=3"], ray_env, tmp_path)
 
     assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.long  # ~70 s: the main suite stays near 15 minutes; CI's long stage runs it
+def test_a_judge_apart_that_learns_trains_on_labelled_rollouts_judges_with_them_and_resumes(
+        ray_env, warm_cache, tmp_path) -> None:
+    """judge.online_items: each step the judge learner trains on the labelled rollouts and publishes
+    to the judge pool, which judges the next step with that version; its optimizer and replay are in
+    the checkpoint and a resume goes on from them."""
+    run_dir = tmp_path / "run"
+    args = small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
+                 "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=2",
+                 "judge.warmup_steps=4", "judge.warmup_batch_size=8", "judge.separate=true",
+                 "judge.online_items=16", "judge.online_replay=1", "rollout.temperature=2.0",
+                 "train.eval_every=2", "train.checkpoint_every=1", "train.dump_rollouts=true",
+                 "--output-dir", str(run_dir))
+    out = coevo(args, ray_env, tmp_path)
+    assert "learning from each step's labelled rollouts" in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["warm_start/stage"] == "warm-up" and not (run_dir / "frozen" / "judge_vector").exists()
+    rows = read_metrics(run_dir)
+    assert [r["judge_learner/version"] for r in rows] == [1, 2] and [r["channel/judge/version"] for r in rows] == [1, 2]
+    assert sum(r["judge_learner/steps_judged"] for r in rows) > 0  # right and wrong rollouts, balanced
+    assert (run_dir / "checkpoints" / "step_2" / "judge_learner" / "config.json").is_file()
+    import pandas as pd
+
+    # step 2's samples were judged by the judge learner's first version, not by the policy's
+    dump = pd.read_parquet(run_dir / "rollouts" / "step_2.parquet")
+    assert dump["reward.judge"].notna().all() and (dump["judge_version"] == 1).all()
+    coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=3"], ray_env, tmp_path)
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["judge_learner/version"] == 3
+    assert rows[-1]["judge_learner/replayed"] == rows[1]["judge_learner/steps_judged"] - rows[1]["judge_learner/replayed"]
 
 
 @pytest.mark.slow
