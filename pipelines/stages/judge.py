@@ -79,8 +79,8 @@ class JudgeConfig(Section):
     # next step with what it learned; the judge vector is then not used. 0: the judge apart is fixed
     # (the current policy plus the warm-up's change)
     online_items: int = Field(0, ge=0)
-    # that judge's AdamW (measured on sorting, seeds 0-2: 3e-4 ended level with 1e-4 at a quarter
-    # labelled and +0.011 above it at a tenth)
+    # that judge's AdamW (measured on sorting: level with 1e-4 over seeds 0-5, +0.011 above it at a
+    # tenth labelled on seeds 0-2)
     online_lr: float = Field(3e-4, gt=0)
     # and the labelled items of the last `online_replay` steps again (few are labelled a step)
     online_replay: int = Field(0, ge=0)
