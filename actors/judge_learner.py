@@ -1,5 +1,5 @@
-"""A judge trained while RL runs: a model of its own whose verdict on a response is P(judge.yes)
-against P(judge.no) after judge.template (what a judge pool reads), trained on judged items
+"""A judge trained while RL runs: a model of its own whose verdict on a response is P(yes) against
+P(no) after the judge template (what a judge pool reads: its JudgingSpec), trained on judged items
 (`prompt`, `response`, `step_correct`). SPC's critic is one (its items: the game's variants and the
 policy's labelled rollouts); a GRPO-family judge apart with `judge.online_items` is another (its
 items: each step's verifier-labelled rollouts, `labelled_items`)."""
@@ -13,7 +13,7 @@ import pyarrow as pa
 import torch
 
 from actors import batch as B
-from actors.judging import render, single_token, verdict_logprobs
+from actors.judging import JudgingSpec, render, single_token, verdict_logprobs
 from actors.learner import Learner
 
 THRESHOLD = 0.5  # a rollout whose verifier reward is at least this is a correct one
@@ -46,11 +46,13 @@ class JudgeLearner(Learner):
     verdicts would estimate. The two kinds of item weigh half each, whatever their counts. Metrics
     are named `<prefix>/...` (SPC: critic)."""
 
-    def __init__(self, config, model_source: str | None = None, role: dict | None = None, lr: float | None = None,
-                 replay: int = 0, prefix: str = "judge_learner"):
+    def __init__(self, config, model_source: str | None = None, role: dict | None = None, *,
+                 judging: JudgingSpec, lr: float | None = None, replay: int = 0, prefix: str = "judge_learner"):
+        """`judging`: the judge pool's read-out (its template and yes/no tokens), from the recipe."""
         super().__init__(config, model_source, role, objectives=[], lr=lr, reference=False)
-        self.yes = single_token(self.tokenizer, config.judge.yes, "judge.yes")
-        self.no = single_token(self.tokenizer, config.judge.no, "judge.no")
+        self.template = judging.template
+        self.yes = single_token(self.tokenizer, judging.yes, "judge.yes")
+        self.no = single_token(self.tokenizer, judging.no, "judge.no")
         self.replay, self.prefix = replay, prefix
         self.past: deque[pa.Table] = deque(maxlen=replay or None)  # the last `replay` steps' labelled items
 
@@ -74,7 +76,7 @@ class JudgeLearner(Learner):
         if not parts:
             return {f"{p}/version": self.version, f"{p}/steps_judged": 0}
         table = pa.concat_tables(parts)
-        texts = [render(self.config.judge.template, q, r) for q, r in
+        texts = [render(self.template, q, r) for q, r in
                  zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
         correct = np.asarray(table.column("step_correct").to_pylist(), bool)
         sign = torch.from_numpy(np.where(correct, 1.0, -1.0)).float()

@@ -83,8 +83,9 @@ class GRPO(Recipe):
             judge = sources.learners.get("judge_learner", sources.judge)
             roles["judge"] = RoleSpec("actors.generator:Generator", (judge,), cls.generator_args(config),
                                       kind="generator", num_cpus=0)
-            roles["judge_learner"] = RoleSpec("actors.judge_learner:JudgeLearner", (judge,),
-                                              {"lr": config.judge.online_lr, "replay": config.judge.online_replay},
+            online = {"judging": roles["judge"].kwargs["judging"], "lr": config.judge.online_lr,
+                      "replay": config.judge.online_replay}
+            roles["judge_learner"] = RoleSpec("actors.judge_learner:JudgeLearner", (judge,), online,
                                               kind="learner", num_cpus=0)
         elif config.judge_rewards() and (not config.judge.shared or config.judge.separate):
             # the policy's weights in a pool of their own; judge.separate: plus the judge vector

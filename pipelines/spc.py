@@ -151,7 +151,8 @@ class SPC(GRPO):
         roles["judge"] = RoleSpec("actors.generator:Generator", (critic,), args, kind="generator", num_cpus=0)
         roles["sneaky"] = RoleSpec("actors.generator:Generator", (sneaky,), args, kind="generator", num_cpus=0)
         roles["critic_learner"] = RoleSpec("actors.judge_learner:JudgeLearner", (critic,),
-                                           {"lr": spc.critic_lr, "replay": spc.replay, "prefix": "critic"},
+                                           {"judging": args["judging"], "lr": spc.critic_lr, "replay": spc.replay,
+                                            "prefix": "critic"},
                                            kind="learner", num_cpus=0)
         roles["sneaky_learner"] = RoleSpec("actors.learner:Learner", (sneaky,),
                                            {"lr": spc.sneaky_lr, "objectives": ["policy_gradient"]},

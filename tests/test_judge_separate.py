@@ -133,7 +133,8 @@ def test_a_judge_apart_that_learns_needs_separate_and_a_recipe_that_trains_it() 
     roles = RECIPES.get("grpo").roles(config, Sources(policy="p", judge="j"))
     assert roles["judge"].args == ("j",) and "judge_vector" not in roles["judge"].kwargs
     assert roles["judge_learner"].args == ("j",) and roles["judge_learner"].kind == "learner"
-    assert roles["judge_learner"].kwargs == {"lr": 2e-4, "replay": 2}
+    assert roles["judge_learner"].kwargs == {"judging": roles["judge"].kwargs["judging"], "lr": 2e-4, "replay": 2}
+    assert roles["judge_learner"].kwargs["judging"].template == config.judge.template
     resumed = RECIPES.get("grpo").roles(config, Sources(policy="p", judge="j", learners={"judge_learner": "ck"}))
     assert resumed["judge"].args == resumed["judge_learner"].args == ("ck",)
     # the warm-up hands the judge-warmed model on, and writes no vector (a bare policy is fine)
@@ -211,7 +212,8 @@ def test_a_judge_apart_that_learns_trains_on_labelled_rollouts_judges_with_them_
     coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=3"], ray_env, tmp_path)
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["judge_learner/version"] == 3
-    assert rows[-1]["judge_learner/replayed"] == rows[1]["judge_learner/steps_judged"] - rows[1]["judge_learner/replayed"]
+    second = rows[1]["judge_learner/steps_judged"] - rows[1]["judge_learner/replayed"]  # step 2's own items
+    assert rows[-1]["judge_learner/replayed"] == second  # replayed after the resume (online_replay=1)
 
 
 @pytest.mark.slow

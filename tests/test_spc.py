@@ -23,6 +23,11 @@ TINY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_
         "model.tiny.intermediate_size=64", "train.threads=1"]
 
 
+def _judging(config):
+    """The critic's read-out as the recipe hands it to its learner (the judge pool's JudgingSpec)."""
+    return config.judge.generator_args(config, {})["judging"]
+
+
 def test_the_game_rewards_the_winner_plus_one_and_the_loser_minus_one():
     # four judged steps: a wrong variant accepted (the sneaky generator fooled the critic), a wrong
     # variant flagged (the critic caught it), a correct step accepted, a correct step flagged
@@ -80,7 +85,7 @@ def test_the_critic_learns_from_the_game_reward():
     """Flagging a wrong step and accepting a correct one both raise its expected reward: P(yes)
     falls on the wrong step and rises on the correct one, as the judge pool reads it."""
     config = load_config("spc", [*TINY, "spc.critic_lr=3e-3"])
-    critic = JudgeLearner(config, lr=config.spc.critic_lr, prefix="critic")
+    critic = JudgeLearner(config, judging=_judging(config), lr=config.spc.critic_lr, prefix="critic")
     table = pa.table({"prompt": ["2+3=", "2+3="], "response": ["6", "5"], "step_correct": [False, True]})
     texts = [render(config.judge.template, "2+3=", r) for r in ("6", "5")]
 
@@ -160,7 +165,8 @@ def test_the_critic_replays_the_last_steps_policy_items_and_checkpoints_them(tmp
     """spc.replay: the policy's labelled rollouts of the last `replay` steps join this step's items
     (the game's items are not replayed), the oldest drop out, and a restored critic replays the same."""
     config = load_config("spc", [*TINY, "spc.policy_items=8", "spc.replay=2"])
-    critic = JudgeLearner(config, lr=config.spc.critic_lr, replay=config.spc.replay, prefix="critic")
+    critic = JudgeLearner(config, judging=_judging(config), lr=config.spc.critic_lr, replay=config.spc.replay,
+                          prefix="critic")
     game = pa.table({"prompt": ["2+3="], "response": ["6"], "step_correct": [False]})
 
     def own(n):  # n policy items, half correct
@@ -172,10 +178,11 @@ def test_the_critic_replays_the_last_steps_policy_items_and_checkpoints_them(tmp
     assert [m["critic/replayed"] for m in judged] == [0, 2, 6]
     assert critic.train_game(game, own(8))["critic/replayed"] == 6 + 4  # the first step's items dropped out
     critic.save(str(tmp_path / "ckpt"))
-    fresh = JudgeLearner(config, model_source=str(tmp_path / "ckpt"), lr=config.spc.critic_lr, replay=2,
-                         prefix="critic")
+    fresh = JudgeLearner(config, model_source=str(tmp_path / "ckpt"), judging=_judging(config), lr=config.spc.critic_lr,
+                         replay=2, prefix="critic")
     fresh.restore(str(tmp_path / "ckpt"))
     restored = fresh.train_game(None, own(2))
     assert restored["critic/replayed"] == 8 + 6 and restored["critic/steps_judged"] == 2 + 8 + 6
-    plain = JudgeLearner(config, lr=config.spc.critic_lr, prefix="critic")  # replay 0: this step's items only
+    # replay 0: this step's items only
+    plain = JudgeLearner(config, judging=_judging(config), lr=config.spc.critic_lr, prefix="critic")
     assert [plain.train_game(game, own(4))["critic/steps_judged"] for _ in range(2)] == [5, 5]
