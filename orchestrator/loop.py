@@ -75,6 +75,12 @@ def step_info(row: dict, last_acc: tuple[float, int] | None = None) -> str:
              f"rm pair acc {row['rm/batch_pair_accuracy']:.3f}" if row.get("rm/batch_pair_accuracy") is not None else None,
              f"held-out pair acc {row['eval/pair_accuracy']:.3f}" if "eval/pair_accuracy" in row else None,
              f"{row['throughput/samples_per_s']:.0f} samples/s" if "throughput/samples_per_s" in row else None]
+    # a learned reward the guard dropped this step (orchestrator/judge_credit.py): why the reward is
+    # the verifier's alone, or nothing where it labels nothing
+    for key in sorted(k for k, v in row.items() if k.startswith("learned/") and k.endswith("/guard") and v == 1):
+        source, auc = key[len("learned/"):-len("/guard")], row.get(key[:-len("guard")] + "auroc")
+        parts.append(f"{source} dropped by the guard (AUROC {auc:.2f})" if auc is not None
+                     else f"{source} dropped by the guard")
     return "  ".join(p for p in parts if p)
 
 

@@ -292,6 +292,11 @@ def test_progress_line_shows_the_last_accuracy_between_evaluations() -> None:
     assert "acc 0.825 (step 40)" in step_info({"reward/mean": 0.5}, (0.825, 40))
     line = step_info({"reward/mean": 0.5, "eval/accuracy": 0.85}, (0.85, 50))
     assert "acc 0.850" in line and "(step" not in line
+    # a learned reward the guard dropped says so (its reward is then the verifier's alone, or none)
+    line = step_info({"reward/mean": 0.0, "learned/judge/guard": 1.0, "learned/judge/auroc": 0.634,
+                      "learned/rm/guard": 0.0, "learned/rm/auroc": 0.9})
+    assert "judge dropped by the guard (AUROC 0.63)" in line and "rm dropped" not in line
+    assert "judge dropped by the guard" in step_info({"reward/mean": 0.0, "learned/judge/guard": 1.0})
 
 
 def test_the_final_line_puts_the_warm_start_beside_the_end() -> None:
