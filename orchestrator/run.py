@@ -114,6 +114,12 @@ class Run:
             if (self.run_dir / f"{role}_reference" / "config.json").is_file():
                 src.references[role] = str(self.run_dir / f"{role}_reference")
         src.policy = src.learners.get("policy_learner") or src.policy
+        judge = getattr(self.config, "judge", None)
+        if (judge is not None and judge.separate and judge.online_items and self.recipe.online_judge
+                and "judge_learner" not in src.learners):
+            raise ValueError(f"--resume with judge.online_items={judge.online_items}, but the checkpoint "
+                             f"{self.resume_from} has no judge learner (its run's judge did not learn); resume "
+                             "without judge.online_items, or start a new run")
         return src
 
     # ---- the run ------------------------------------------------------------------------------------

@@ -239,8 +239,9 @@ def test_self_rewarding_judges_its_pairs_in_the_pool_apart(ray_env, warm_cache, 
 @pytest.mark.slow
 @pytest.mark.long  # ~40 s: the main suite stays near 15 minutes; CI's long stage runs it
 def test_resuming_a_shared_judge_run_with_a_judge_apart_is_refused(ray_env, warm_cache, tmp_path) -> None:
-    """A checkpoint of a run that judged with the policy itself has no judge vector: a resume that
-    asks for judge.separate stops with a clear error, not a judge pool that judges without it."""
+    """A checkpoint of a run that judged with the policy itself has no judge vector and no judge
+    learner: a resume that asks for judge.separate (or a judge apart that learns) stops with a clear
+    error, not a judge pool that judges without them."""
     run_dir = tmp_path / "run"
     coevo(small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
                 "verifier.accuracy_source=correct", "train.max_steps=1", "judge.warmup_steps=4",
@@ -248,3 +249,7 @@ def test_resuming_a_shared_judge_run_with_a_judge_apart_is_refused(ray_env, warm
     out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=2", "judge.separate=true"], ray_env,
                 tmp_path, expect=1)
     assert "--resume with judge.separate: true, but the checkpoint" in out and "has no judge vector" in out
+    # nor a judge learner: a resume that asks for a judge apart that learns stops too
+    out = coevo(["--resume", "--output-dir", str(run_dir), "train.max_steps=2", "judge.separate=true",
+                 "judge.online_items=8"], ray_env, tmp_path, expect=1)
+    assert "--resume with judge.online_items=8, but the checkpoint" in out and "has no judge learner" in out
