@@ -58,6 +58,12 @@ class Recipe:
     settings: dict = {}
 
     @classmethod
+    def judge_learns(cls, config) -> bool:
+        """A judge apart that trains as the run goes (judge.online_items, which needs judge.separate)."""
+        judge = getattr(config, "judge", None)
+        return bool(cls.online_judge and config.judge_rewards() and judge is not None and judge.online_items)
+
+    @classmethod
     def role_names(cls, config) -> list[str]:
         return list(cls.roles(config, Sources()))
 

@@ -93,7 +93,7 @@ class Run:
         """judge.separate with a fixed judge apart: the policy plus the judge vector (not a judge learner)."""
         judge = getattr(self.config, "judge", None)
         return bool(judge is not None and judge.separate and self.recipe.separate_judge
-                    and not (judge.online_items and self.recipe.online_judge))
+                    and not self.recipe.judge_learns(self.config))
 
     def _resumed_sources(self) -> Sources:
         """Model directories of the checkpoint being resumed (its frozen models back in the run
@@ -114,10 +114,8 @@ class Run:
             if (self.run_dir / f"{role}_reference" / "config.json").is_file():
                 src.references[role] = str(self.run_dir / f"{role}_reference")
         src.policy = src.learners.get("policy_learner") or src.policy
-        judge = getattr(self.config, "judge", None)
-        if (judge is not None and judge.separate and judge.online_items and self.recipe.online_judge
-                and "judge_learner" not in src.learners):
-            raise ValueError(f"--resume with judge.online_items={judge.online_items}, but the checkpoint "
+        if self.recipe.judge_learns(self.config) and "judge_learner" not in src.learners:
+            raise ValueError(f"--resume with judge.online_items={self.config.judge.online_items}, but the checkpoint "
                              f"{self.resume_from} has no judge learner (its run's judge did not learn); resume "
                              "without judge.online_items, or start a new run")
         return src

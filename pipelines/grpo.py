@@ -78,7 +78,7 @@ class GRPO(Recipe):
         if config.model_rewards():
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,),
                                              {"template": config.reward_model.template}, kind="scorer", num_cpus=0)
-        if config.judge_rewards() and config.judge.online_items and cls.online_judge:
+        if cls.judge_learns(config):
             # a judge apart that goes on learning: a model of its own, from the judging warm-up's
             judge = sources.learners.get("judge_learner", sources.judge)
             roles["judge"] = RoleSpec("actors.generator:Generator", (judge,), cls.generator_args(config),
