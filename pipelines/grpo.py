@@ -148,14 +148,17 @@ class GRPO(Recipe):
         """judge.online_items: the judge apart takes a step on this batch's labelled rollouts (as many
         right as wrong) and publishes to its pool, which judges the next step's samples with it."""
         from actors.judge_learner import THRESHOLD, labelled_items
+        from orchestrator.near_misses import with_near_misses
 
         cfg = ctx.config
         batch = B.concat(list(await asyncio.gather(*tables)))
         rng = np.random.default_rng([cfg.seed, ctx.step, 31])
+        batch, near = await with_near_misses(ctx, batch, cfg.accuracy_source(), cfg.judge.near_misses,
+                                             np.random.default_rng([cfg.seed, ctx.step, 37]))
         items = labelled_items(batch, cfg.accuracy_source(), THRESHOLD, cfg.judge.online_items, rng)
         metrics = await ctx.pools["judge_learner"].call("train_game", None, items, table=False)
         await publish(ctx, "judge", metrics["judge_learner/version"])
-        return metrics
+        return {**metrics, "judge_learner/near_misses": near} if cfg.judge.near_misses else metrics
 
     async def _learn_policy(self, ctx, tables: list, dump_path: str | None) -> dict:
         learner, payload = ctx.pools["policy_learner"], None

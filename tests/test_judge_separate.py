@@ -186,14 +186,15 @@ def test_self_judged_grpo_with_a_judge_apart_starts_from_the_policy_and_resumes(
 @pytest.mark.long  # ~70 s: the main suite stays near 15 minutes; CI's long stage runs it
 def test_a_judge_apart_that_learns_trains_on_labelled_rollouts_judges_with_them_and_resumes(
         ray_env, warm_cache, tmp_path) -> None:
-    """judge.online_items: each step the judge learner trains on the labelled rollouts and publishes
-    to the judge pool, which judges the next step with that version; its optimizer and replay are in
-    the checkpoint and a resume goes on from them."""
+    """judge.online_items: each step the judge learner trains on the labelled rollouts (and, with
+    judge.near_misses, edits of the right ones the verifier marks wrong) and publishes to the judge
+    pool, which judges the next step with that version; its optimizer and replay are in the
+    checkpoint and a resume goes on from them."""
     run_dir = tmp_path / "run"
     args = small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
                  "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=2",
                  "judge.warmup_steps=4", "judge.warmup_batch_size=8", "judge.separate=true",
-                 "judge.online_items=16", "judge.online_replay=1", "rollout.temperature=2.0",
+                 "judge.online_items=16", "judge.online_replay=1", "judge.near_misses=1", "rollout.temperature=2.0",
                  "train.eval_every=2", "train.checkpoint_every=1", "train.dump_rollouts=true",
                  "--output-dir", str(run_dir))
     out = coevo(args, ray_env, tmp_path)
@@ -203,6 +204,9 @@ def test_a_judge_apart_that_learns_trains_on_labelled_rollouts_judges_with_them_
     rows = read_metrics(run_dir)
     assert [r["judge_learner/version"] for r in rows] == [1, 2] and [r["channel/judge/version"] for r in rows] == [1, 2]
     assert sum(r["judge_learner/steps_judged"] for r in rows) > 0  # right and wrong rollouts, balanced
+    # near misses of the right answers, scored by the verifier: in the warm-up and each step's items
+    assert "near misses of the right ones (judge.near_misses)" in out and summary["judge_warmup/near_misses"] > 0
+    assert sum(r["judge_learner/near_misses"] for r in rows) > 0
     assert (run_dir / "checkpoints" / "step_2" / "judge_learner" / "config.json").is_file()
     import pandas as pd
 

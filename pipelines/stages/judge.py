@@ -22,6 +22,7 @@ from orchestrator.channels import Channel
 from orchestrator.config import Section, template_fields
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
+from orchestrator.near_misses import with_near_misses
 from orchestrator.stage_cache import fmt, save_stage, stage_path
 from orchestrator.stages import StageProgress, stop_if_requested
 from pipelines.stages import PolicyWarmup
@@ -84,6 +85,11 @@ class JudgeConfig(Section):
     online_lr: float = Field(3e-4, gt=0)
     # and the labelled items of the last `online_replay` steps again (few are labelled a step)
     online_replay: int = Field(0, ge=0)
+    # verifier-labelled near misses (orchestrator/near_misses.py): up to this many one-character edits
+    # of each answer the verifier marked correct, scored by the verifier on the same labelled prompts;
+    # the wrong ones join the judge's wrong examples, in the judging warm-up and (online_items) in the
+    # judge learner's items. 0: the judge sees the policy's own errors only
+    near_misses: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _separate(self):
@@ -93,6 +99,9 @@ class JudgeConfig(Section):
         if self.online_items and not self.separate:
             raise ValueError(f"judge.online_items={self.online_items} trains a judge apart from the policy; set "
                              "judge.separate: true as well (a judge inside the policy learns with it: recipe spark)")
+        if self.near_misses and not (self.warmup_steps or self.online_items):
+            raise ValueError(f"judge.near_misses={self.near_misses} adds examples to the judge's training, and nothing "
+                             "trains the judge: set judge.warmup_steps (a judging warm-up) or judge.online_items")
         if self.online_replay and not self.online_items:
             raise ValueError(f"judge.online_replay={self.online_replay} replays the labelled items the judge apart "
                              "learns from, and judge.online_items is 0: set judge.online_items (e.g. 128)")
@@ -146,11 +155,11 @@ def apart(judge: JudgeConfig) -> str:
 
 def cache_path(config, source: str | None) -> Path:
     # `separate` and `online_*` do not change the warm-up (only where its result goes and what follows
-    # it); warmup_task_samples is in
-    # the key only where it is used and warmup_samples only where it is set, so keys made before
-    # either existed still hit
+    # it); warmup_task_samples is in the key only where it is used, warmup_samples and near_misses
+    # only where set, so keys made before they existed still hit
     unused = {"separate", "online_items", "online_lr", "online_replay"} | ({"warmup_task_samples"} if config.judge.warmup_task in ("answers", "own") else set()) \
-        | ({"warmup_samples"} if config.judge.warmup_samples is None else set())
+        | ({"warmup_samples"} if config.judge.warmup_samples is None else set()) \
+        | ({"near_misses"} if not config.judge.near_misses else set())
     return stage_path(config, "judges", source, config.accuracy_source(),
                       {"judge": config.judge.model_dump(exclude=unused)})
 
@@ -234,12 +243,15 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     rng = np.random.default_rng([cfg.seed, 17])
     await channel.publish(0)
     judged_prompts = labelled_prompts(ctx.prompts.train, 1024)
-    train = await labelled_samples(ctx, judged_prompts, -1000, judge.warmup_samples)
+    train, near = await with_near_misses(ctx, await labelled_samples(ctx, judged_prompts, -1000, judge.warmup_samples),
+                                         cfg.accuracy_source(), judge.near_misses, rng)
     held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
-    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples from {train.num_rows} answers to "
-                       f"{judged_prompts.num_rows} labelled prompts; on held-out samples the judge agrees with the "
+    ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples from {train.num_rows - near} answers to "
+                       f"{judged_prompts.num_rows} labelled prompts"
+                       + (f" and {near} near misses of the right ones (judge.near_misses)" if judge.near_misses else "")
+                       + "; on held-out samples the judge agrees with the "
                        f"verifier {before:.3f} (AUROC {fmt(auc_before)}) before")
     tasks = PromptSampler(await task_rows(ctx, judge.warmup_task, samples=judge.warmup_task_samples),
                           seed=cfg.seed + 2)
@@ -259,7 +271,9 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         stop_if_requested(ctx, "judging warm-up", steps)
         if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
             await channel.publish(0)
-            train = await labelled_samples(ctx, judged_prompts, -100_000 - 100 * steps, judge.warmup_samples)
+            train, near = await with_near_misses(
+                ctx, await labelled_samples(ctx, judged_prompts, -100_000 - 100 * steps, judge.warmup_samples),
+                cfg.accuracy_source(), judge.near_misses, rng)
             try:
                 rows = judge_rows(train, cfg, rng)
                 judged = PromptSampler(rows, seed=cfg.seed + 3 + steps)
@@ -283,6 +297,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     accuracy = (await greedy_accuracy(ctx))["eval/accuracy"]
     # examples: of the last draw
     info = {"judge_warmup/steps": steps, "judge_warmup/examples": rows.num_rows, "judge_warmup/loss": loss,
+            "judge_warmup/near_misses": near,
             "judge_warmup/agreement_before": before, "judge_warmup/agreement_after": after,
             "judge_warmup/auroc_before": auc_before, "judge_warmup/auroc_after": auc_after,
             "judge_warmup/agreement_own_samples": own, "judge_warmup/auroc_own_samples": auc_own,
