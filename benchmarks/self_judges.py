@@ -403,13 +403,16 @@ def main() -> None:
                 out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1, default=str))
     text = gap_table(runs) if args.gap else table(runs)
     print("\n" + text)
+    # the prompts a step as run: an override after `--` wins over --prompts
+    prompts = next((o.split("=", 1)[1] for o in reversed(args.extra) if o.startswith("rollout.prompts_per_step=")),
+                   args.prompts)
     summary = write_summary(summary_file(split_info["eval_rows"]), name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
-        f"{args.prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, "
+        f"{prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, "
         f"{args.eval_prompts} judge eval prompts; warm-ups: judge "
-        f"{args.judge_warmup} (task share {args.judge_task_fraction}), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; guard {args.guard}; credit {args.credit} "
-        f"(every variant for {args.ablate or 'no recipe'}); "
-        f"overrides {args.extra or 'none'}"))
+        f"{args.judge_warmup} (task share {args.judge_task_fraction}), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; guard {args.guard}; credit {' '.join(args.credit)}"
+        + (f" (every variant for {args.ablate})" if args.ablate else "")
+        + ("; overrides: the command's, after `--`" if args.extra else "; no overrides")))
     print(f"\nraw results: {out}\nsummary: {summary}")
 
 
