@@ -45,7 +45,7 @@ answers (`judge.warmup_task=own`; `--judge-task own_samples`: its sampled answer
 teaches the task: each recipe's warm start (after its warm-ups) is reported beside the SFT warm
 start. `--gap` measures the verification gap alone: the judge's held-out AUROC after its warm-up
 against the policy's held-out accuracy, at equal labelled data. Raw results: benchmarks/results/raw/self_judges<label>.json (rewritten after every
-run); the tables go to their section of benchmarks/results/self_judges.md (self_judges_h1k.md for
+run); the tables go to their section of benchmarks/results/self_judges.md (self_judges_h1k*.md for
 those on 1,000 held-out prompts or more).
 """
 
@@ -151,10 +151,16 @@ def extend_held_out(task: str, train: Path, eval_: Path, size: int) -> int:
     return len(held)
 
 
-def summary_file(held_out: int) -> str:
-    """The summaries file of a measurement: those on 1,000 held-out prompts or more in a file of their
-    own (benchmarks/results/self_judges_h1k.md), the rest in self_judges.md, each kept small."""
-    return "self_judges_h1k" if held_out >= 1000 else "self_judges"
+def summary_file(held_out: int, name: str) -> str:
+    """The summaries file of a measurement: the one already holding its section, else those on 1,000
+    held-out prompts or more in self_judges_h1k_2.md (self_judges_h1k.md is full: under 200 kB),
+    the rest in self_judges.md."""
+    from summary import RESULTS
+
+    for path in sorted(RESULTS.glob("self_judges*.md")):
+        if f"<!-- run: {name} -->" in path.read_text():
+            return path.stem
+    return "self_judges_h1k_2" if held_out >= 1000 else "self_judges"
 
 
 def shrink_train(train: Path, size: int) -> int:
@@ -345,7 +351,7 @@ def main() -> None:
         print(text)
         if args.write:
             argv = [" ".join(a) for a in data["meta"].get("argvs", [data["meta"]["argv"]])]
-            print(write_summary(summary_file(data["meta"]["splits"]["eval_rows"]), name, text, raw=[out],
+            print(write_summary(summary_file(data["meta"]["splits"]["eval_rows"], name), name, text, raw=[out],
                                 protocol=f"from {out.name}: {'; '.join(argv)}"))
         return
     task = TASKS[args.task]
@@ -406,7 +412,7 @@ def main() -> None:
     # the prompts a step as run: an override after `--` wins over --prompts
     prompts = next((o.split("=", 1)[1] for o in reversed(args.extra) if o.startswith("rollout.prompts_per_step=")),
                    args.prompts)
-    summary = write_summary(summary_file(split_info["eval_rows"]), name, text, raw=[out], protocol=(
+    summary = write_summary(summary_file(split_info["eval_rows"], name), name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
         f"{prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, "
         f"{args.eval_prompts} judge eval prompts; warm-ups: judge "
