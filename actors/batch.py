@@ -21,6 +21,7 @@ SCHEMA_VERSION = "2"
 VERSION_KEY = b"coevo.schema_version"
 
 REWARD_PREFIX = "reward."
+CORRECT_AT = 0.5  # a verifier reward of at least this marks a correct response (judges' labels)
 REWARD_ERROR_PREFIX = "reward_error."
 # SFT rows (prompt, answer) whose answer is a teacher's sample: trained towards the teacher's whole
 # next-token distribution, not the sampled token (actors/objectives/sft.py, judge.warmup_task=distill)

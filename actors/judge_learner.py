@@ -16,7 +16,7 @@ from actors import batch as B
 from actors.judging import JudgingSpec, render, single_token, verdict_logprobs
 from actors.learner import Learner
 
-THRESHOLD = 0.5  # a rollout whose verifier reward is at least this is a correct one
+THRESHOLD = B.CORRECT_AT  # a rollout whose verifier reward is at least this is a correct one
 
 
 def labelled_items(table: pa.Table, label: str, threshold: float, limit: int, rng) -> pa.Table:

@@ -12,8 +12,6 @@ import pyarrow as pa
 
 from actors import batch as B
 
-THRESHOLD = 0.5  # a response whose verifier reward is at least this is a correct one
-
 
 def edits(text: str, k: int, rng: np.random.Generator) -> list[str]:
     """Up to `k` distinct one-character edits of `text`, none equal to it. Whitespace is neither
@@ -52,7 +50,7 @@ def candidates(table: pa.Table, label: str, k: int, rng: np.random.Generator) ->
     values = table.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
     responses = table.column("response").to_pylist()
     rows, texts = [], []
-    for i in np.nonzero(~np.isnan(values) & (values >= THRESHOLD))[0]:
+    for i in np.nonzero(~np.isnan(values) & (values >= B.CORRECT_AT))[0]:
         if not responses[i] or not responses[i].strip():
             continue
         for new in edits(responses[i], k, rng):
@@ -80,6 +78,6 @@ async def with_near_misses(ctx, table: pa.Table, label: str, k: int, rng: np.ran
     scored, _ = await ctx.pools["verifier"].call("score", edited)
     scored = (await scored).select(keep)
     values = scored.column(keep[2]).to_numpy(zero_copy_only=False).astype(np.float64)
-    wrong = np.nonzero(~np.isnan(values) & (values < THRESHOLD))[0]
+    wrong = np.nonzero(~np.isnan(values) & (values < B.CORRECT_AT))[0]
     scored = scored.take(pa.array(wrong, pa.int64())).cast(base.schema)
     return pa.concat_tables([base, scored]), len(wrong)

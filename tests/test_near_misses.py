@@ -110,6 +110,8 @@ def test_near_misses_need_something_that_trains_the_judge_and_key_the_warm_up_ca
     with pytest.raises(ConfigError, match=r"judge.near_misses=2 adds examples to the judge's training, and nothing "
                                           r"trains the judge"):
         load_config(None, [*judged, "judge.near_misses=2"])
+    with pytest.raises(ConfigError, match=r"judge.near_misses: Input should be greater than or equal to 0"):
+        load_config(None, [*judged, "judge.warmup_steps=5", "judge.near_misses=-1"])
     plain = load_config(None, [*judged, "judge.warmup_steps=5"])
     assert cache_path(plain, "s") == cache_path(load_config(None, [*judged, "judge.warmup_steps=5",
                                                                    "judge.near_misses=0"]), "s")

@@ -170,7 +170,7 @@ def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
 
     label = table.column(B.REWARD_PREFIX + config.accuracy_source()).to_numpy(zero_copy_only=False)
     ok = ~np.isnan(label) & (table.column("response").to_numpy(zero_copy_only=False) != "")
-    good, bad = np.nonzero(ok & (label >= 0.5))[0], np.nonzero(ok & (label < 0.5))[0]
+    good, bad = np.nonzero(ok & (label >= B.CORRECT_AT))[0], np.nonzero(ok & (label < B.CORRECT_AT))[0]
     n = min(len(good), len(bad))
     if n == 0:
         raise RuntimeError("judging warm-up: the warm policy's samples are all correct or all wrong; "
@@ -178,7 +178,7 @@ def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
     idx = np.concatenate([rng.choice(good, n, replace=False), rng.choice(bad, n, replace=False)])
     prompts, responses = table.column("prompt").to_pylist(), table.column("response").to_pylist()
     return pa.table({"prompt": [render(config.judge.template, prompts[i], responses[i]) for i in idx],
-                     "answer": [config.judge.yes if label[i] >= 0.5 else config.judge.no for i in idx]})
+                     "answer": [config.judge.yes if label[i] >= B.CORRECT_AT else config.judge.no for i in idx]})
 
 
 def labelled_prompts(train: pa.Table, limit: int) -> pa.Table:
@@ -243,8 +243,12 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     rng = np.random.default_rng([cfg.seed, 17])
     await channel.publish(0)
     judged_prompts = labelled_prompts(ctx.prompts.train, 1024)
-    train, near = await with_near_misses(ctx, await labelled_samples(ctx, judged_prompts, -1000, judge.warmup_samples),
-                                         cfg.accuracy_source(), judge.near_misses, rng)
+
+    async def draw(seq: int) -> tuple[pa.Table, int]:  # the policy's labelled samples, and near misses of them
+        samples = await labelled_samples(ctx, judged_prompts, seq, judge.warmup_samples)
+        return await with_near_misses(ctx, samples, cfg.accuracy_source(), judge.near_misses, rng)
+
+    train, near = await draw(-1000)
     held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
@@ -271,9 +275,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
         stop_if_requested(ctx, "judging warm-up", steps)
         if judge.warmup_resample and steps:  # judge the errors of the policy as trained so far
             await channel.publish(0)
-            train, near = await with_near_misses(
-                ctx, await labelled_samples(ctx, judged_prompts, -100_000 - 100 * steps, judge.warmup_samples),
-                cfg.accuracy_source(), judge.near_misses, rng)
+            train, near = await draw(-100_000 - 100 * steps)
             try:
                 rows = judge_rows(train, cfg, rng)
                 judged = PromptSampler(rows, seed=cfg.seed + 3 + steps)
