@@ -79,6 +79,15 @@ def panel_queries(dashboard: dict) -> list[tuple[str, str]]:
     return out
 
 
+def generator_failures(status_text: str) -> int:
+    """The generator row's failures column in `coevo status`'s table (0 where there is no such row)."""
+    for line in status_text.splitlines():
+        cols = line.split()
+        if len(cols) > 6 and cols[0] == "generator" and cols[6].isdigit():
+            return int(cols[6])
+    return 0
+
+
 def kill_a_generator(address: str) -> str:
     """Kill replica 0 of the run's generator by its name (Ray restarts it): the operator's view of a
     failure. Returns the name."""
@@ -141,8 +150,15 @@ def main(argv: list[str] | None = None) -> int:
         wait_for("the killed generator's failure in metrics.jsonl",
                  lambda: json.loads(metrics.read_text().splitlines()[-1]).get("role/generator/failures", 0) >= 1,
                  120, run, temp / "coevo_run.log")
-        status = subprocess.run([str(BIN / "coevo"), "status", "--address", address], env=env, capture_output=True,
-                                text=True, timeout=120)
+        # the status record is published at most once a second (orchestrator.metrics.EXPORT_EVERY_S): the
+        # row that counted the failure may not be in it yet, so ask again until it is (or a minute passed)
+        deadline = time.monotonic() + 60
+        while True:
+            status = subprocess.run([str(BIN / "coevo"), "status", "--address", address], env=env,
+                                    capture_output=True, text=True, timeout=120)
+            if generator_failures(status.stdout) >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         results["status"] = {"rc": status.returncode, "stdout": status.stdout, "stderr": status.stderr[-2000:]}
         print(status.stdout)
         # the actors Ray lists, by name
