@@ -80,6 +80,13 @@ CONTROL = "grpo_after_judge_warmup"  # GRPO on the labelled prompts from the jud
 JUDGES = ("self_judged_grpo", "spark", "spc", "self_rewarding")  # the recipes with a judging warm-up
 
 
+def prompts_as_run(args) -> int:
+    """The prompts a step as run: an override after `--` wins over --prompts (self_rewarding's three
+    iterations draw as many prompts as the step-wise recipes' steps do)."""
+    return int(next((o.split("=", 1)[1] for o in reversed(args.extra) if o.startswith("rollout.prompts_per_step=")),
+                    args.prompts))
+
+
 def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
     """recipe -> (config file, overrides) in the scarce-label regime, `v` the task's verifier."""
     judge = f"rewards=[{{name: {v}}}, {{name: judge, judge: true, weight: 0}}]"
@@ -105,7 +112,7 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
                               f"aggregate.fill={{{v}: rm}}", f"verifier.accuracy_source={v}",
                               f"reward_model.warmup_steps={args.rm_warmup}"]),
         "self_rewarding": ("self_rewarding", [judge, f"verifier.accuracy_source={v}", "iterations.labels=true", *warm,
-                                              f"iterations.prompts={args.prompts * args.steps // 3}", "iterations.iterations=3",
+                                              f"iterations.prompts={prompts_as_run(args) * args.steps // 3}", "iterations.iterations=3",
                                               "train.max_steps=100000"]),
         "spc": ("spc", [f"rewards=[{{name: {v}}}, {{name: critic, judge: true, weight: 0}}]",
                         f"aggregate.fill={{{v}: critic}}", *warm, "spc.policy_items=32"]),
@@ -409,9 +416,7 @@ def main() -> None:
                 out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1, default=str))
     text = gap_table(runs) if args.gap else table(runs)
     print("\n" + text)
-    # the prompts a step as run: an override after `--` wins over --prompts
-    prompts = next((o.split("=", 1)[1] for o in reversed(args.extra) if o.startswith("rollout.prompts_per_step=")),
-                   args.prompts)
+    prompts = prompts_as_run(args)
     summary = write_summary(summary_file(split_info["eval_rows"], name), name, text, raw=[out], protocol=(
         f"task {args.task} (SFT warm start {sft}), seeds {args.seeds}, fractions {args.fractions}, {args.steps} steps of "
         f"{prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, "

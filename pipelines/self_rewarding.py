@@ -44,7 +44,7 @@ class IterationsConfig(Section):
     itself, pair the best with the worst, train `epochs` epochs with `loss` against the iteration's
     starting model as reference, then start the next iteration from the trained model."""
     iterations: int = Field(3, ge=1)
-    prompts: int = Field(256, gt=0)
+    prompts: int = Field(256, gt=0)  # an iteration's prompts, drawn rollout.prompts_per_step at a time
     epochs: int = Field(2, ge=1)
     batch_pairs: int = Field(64, gt=0)
     loss: str = "dpo"  # a preference loss (dpo, ipo, simpo) or raft (SFT on the chosen responses)
@@ -217,7 +217,7 @@ class IterationSource(BatchSource):
         learner = ctx.pools["policy_learner"]
         snapshot = self.snapshots / f"iter_{self.iteration}"
         await learner.call("snapshot_reference", str(snapshot), table=False)
-        prompts = ctx.sampler.next(cfg.prompts)
+        prompts = draw_prompts(ctx.sampler, cfg.prompts, ctx.config.rollout.prompts_per_step)
         seq0 = 10_000 * (self.iteration + 1)  # names: iteration-scoped, the same on a resumed run
         samples = await self._sample_and_judge(prompts, seq0)
         scores = self._scores(samples)
@@ -323,6 +323,19 @@ class IterationSource(BatchSource):
         if self._examples_ref is None:
             self._examples_ref = ray.put(self.examples)
         return self._examples_ref
+
+
+def draw_prompts(sampler, total: int, per_draw: int) -> pa.Table:
+    """An iteration's `total` prompts as draws of at most `per_draw` (`rollout.prompts_per_step`), as
+    the step-wise recipes draw them: with `verifier.labelled_share` each draw keeps the share, and a
+    labelled pool smaller than an iteration's labelled half recurs across it (epoch after epoch, as it
+    does over steps) instead of stopping the run. A prompt drawn twice gets two groups (the
+    generator names groups by draw)."""
+    parts, left = [], total
+    while left > 0:
+        parts.append(sampler.next(min(per_draw, left)))
+        left -= parts[-1].num_rows
+    return pa.concat_tables(parts)
 
 
 def labelled_rows(samples: pa.Table, label: str) -> pa.Table:

@@ -126,6 +126,27 @@ def test_a_labelled_share_that_cannot_be_drawn_is_refused_by_name():
         make_sampler(load_prompts(cfg.data, cfg.seed).train, 0, 0.5)
 
 
+def test_a_self_rewarding_iteration_larger_than_the_labelled_pool_draws_it_in_step_sized_parts():
+    """An iteration of 426 prompts at labelled_share 0.5 wants 213 labelled ones from a pool of ~60:
+    drawn in one piece that was a DatasetError; in draws of rollout.prompts_per_step each keeps the
+    share and the labelled pool recurs, as it does over steps."""
+    from orchestrator.data import DatasetError, load_prompts, make_sampler
+    from pipelines.self_rewarding import draw_prompts
+
+    cfg = load_config("grpo_sorting", ["verifier.fraction=0.1"])
+    train = load_prompts(cfg.data, cfg.seed, 0.1).train.slice(0, 600)
+    pool = sum(train.column("labelled").to_pylist())
+    assert 30 < pool < 100
+    with pytest.raises(DatasetError, match="labelled prompts a step of 426"):
+        make_sampler(train, 0, 0.5).next(426)
+    drawn = draw_prompts(make_sampler(train, 0, 0.5), 426, 64)
+    labelled = drawn.column("labelled").to_pylist()
+    assert drawn.num_rows == 426 and sum(labelled) == 6 * 32 + 21
+    assert all(sum(labelled[i:i + 64]) == 32 for i in range(0, 384, 64))  # each draw keeps the share
+    prompts = [p for p, lab in zip(drawn.column("prompt").to_pylist(), labelled) if lab]
+    assert len(set(prompts)) >= pool - 32 and len(prompts) > len(set(prompts))  # the pool recurs
+
+
 def test_spark_may_label_where_its_judge_is_unsure():
     cfg = load_config("spark", ["verifier.fraction=0.25", "verifier.select=judge_unsure"])
     assert cfg.verifier.select == "judge_unsure"
