@@ -29,6 +29,11 @@ class BatchSource:
         """The pieces of the next train batch; None when the run should stop."""
         raise NotImplementedError
 
+    def last_batch(self) -> bool:
+        """The batch just taken is the run's last, before train.max_steps (a source that ends on its
+        own, as self_rewarding's iterations do): the loop evaluates after it, as at max_steps."""
+        return False
+
     def trained_batch(self) -> None:
         """The batch just taken was trained on (admission may let more work start)."""
 

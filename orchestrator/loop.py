@@ -150,7 +150,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
                     row[f"channel/{name}/epochs"] = channel.epochs
                     row[f"channel/{name}/fallbacks"] = channel.fallbacks
                     row[f"channel/{name}/join_failures"] = channel.join_failures
-            evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps
+            evaluated = step % cfg.train.eval_every == 0 or step == cfg.train.max_steps or rollouts.last_batch()
             # Ray's restart counts are read fresh on evaluated steps (and the last), else at most once a second
             restarts_age = 0.0 if evaluated else FAILURES_EVERY_S
             busy_now = _busy(ctx)

@@ -160,6 +160,11 @@ class IterationSource(BatchSource):
             return [PairPiece(ray.put(batch), len(idx), {"iteration": self.iteration, "epoch": self.epoch})]
         return None
 
+    def last_batch(self) -> bool:
+        """The last iteration's last epoch has no pairs left (the next take ends the run)."""
+        return (self.phase == "train" and self.iteration >= self.cfg.iterations - 1
+                and self.epoch >= self.cfg.epochs - 1 and self.order is not None and self.position >= len(self.order))
+
     # ---- collecting pairs ----------------------------------------------------------------------------
     async def _sample_and_judge(self, prompts: pa.Table, seq0: int) -> pa.Table:
         ctx = self.ctx
