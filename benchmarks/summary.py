@@ -1,7 +1,7 @@
 """Where benchmark results go. Raw results (per-run JSON, logs, plots) are written under
 benchmarks/results/raw/, which git ignores; each benchmark keeps one small summary in git,
 benchmarks/results/<benchmark>.md, with a section per measurement: the command, the commit, the
-machine, the date, the protocol and the table. `write` replaces a measurement's section when it is
+machine, the date, the raw files other than raw/<section>.json, the protocol and the table. `write` replaces a measurement's section when it is
 measured again and appends a new one otherwise; a superseded section is deleted by hand."""
 
 from __future__ import annotations
@@ -97,8 +97,11 @@ def write(benchmark: str, run: str, table: str, *, raw: list[Path] | tuple = (),
     """Write (or replace) the section `run` of folder/<benchmark>.md: provenance, raw files, protocol, table."""
     prov = prov or provenance()
     path = folder / f"{benchmark}.md"
+    # the section's own raw/<run>.json goes unnamed (the file's first line says where it is): only
+    # other raw files are listed
+    default = (folder / "raw" / f"{run}.json").resolve()
     names = [str(Path(p).resolve().relative_to(RESULTS)) if Path(p).resolve().is_relative_to(RESULTS) else str(p)
-             for p in raw if Path(p).exists()]
+             for p in raw if Path(p).exists() and Path(p).resolve() != default]
     fields = [*prov.items(), ("raw", ", ".join(f"`{n}`" for n in names) + " (git-ignored)" if names else ""),
               ("protocol", protocol)]
     rows = "\n".join(f"| {key} | {value.replace('|', '/')} |" for key, value in fields if value)
@@ -106,8 +109,8 @@ def write(benchmark: str, run: str, table: str, *, raw: list[Path] | tuple = (),
     section = "\n\n".join(s for s in (f"{begin}\n## {run}", f"| | |\n|---|---|\n{rows}", notes.strip(), table.strip(), end)
                           if s)
     text = path.read_text(encoding="utf-8") if path.is_file() else (
-        f"# `benchmarks/{benchmark}.py`: results\n\nOne section per measurement; raw results in `raw/` "
-        f"(git-ignored, see [README.md](README.md)).\n")
+        f"# `benchmarks/{benchmark}.py`: results\n\nOne section per measurement; raw results in `raw/<section>.json` "
+        f"and the files a section's `raw` row names (git-ignored, see [README.md](README.md)).\n")
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     folder.mkdir(parents=True, exist_ok=True)

@@ -63,13 +63,15 @@ def test_every_summary_the_docs_link_is_in_git() -> None:
 
 def test_write_adds_a_section_and_replaces_it_when_measured_again(tmp_path) -> None:
     prov = {"command": "python benchmarks/x.py --seeds 0", "commit": "abc1234", "machine": "a CPU", "date": "today"}
-    raw = tmp_path / "raw" / "x_a.json"
+    own, raw = tmp_path / "raw" / "x_a.json", tmp_path / "raw" / "x_a.log"
     raw.parent.mkdir()
-    raw.write_text("{}")
-    path = summary.write("x", "x_a", "| a |\n|---|\n| 1 |", raw=[raw, tmp_path / "raw" / "absent.png"],
+    own.write_text("{}")
+    raw.write_text("")
+    path = summary.write("x", "x_a", "| a |\n|---|\n| 1 |", raw=[own, raw, tmp_path / "raw" / "absent.png"],
                          protocol="seeds [0]", prov=prov, folder=tmp_path)
     first = path.read_text()
     assert path == tmp_path / "x.md" and first.startswith("# `benchmarks/x.py`: results")
+    assert "`raw/<section>.json`" in first  # the section's own raw file goes unnamed: the header says where
     assert f"| raw | `{raw}` (git-ignored) |" in first and "absent.png" not in first  # only files that exist
     assert "| command | python benchmarks/x.py --seeds 0 |" in first and "| protocol | seeds [0] |" in first
     summary.write("x", "x_b", "| b |\n|---|\n| 2 |", prov=prov, folder=tmp_path)
