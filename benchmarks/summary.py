@@ -1,8 +1,9 @@
 """Where benchmark results go. Raw results (per-run JSON, logs, plots) are written under
 benchmarks/results/raw/, which git ignores; each benchmark keeps one small summary in git,
 benchmarks/results/<benchmark>.md, with a section per measurement: the command, the commit, the
-machine, the date, the raw files other than raw/<section>.json, the protocol and the table. `write` replaces a measurement's section when it is
-measured again and appends a new one otherwise; a superseded section is deleted by hand."""
+machine, the date, the raw files other than raw/<section>.json, the protocol and the table. `write`
+replaces a measurement's section when it is measured again and appends a new one otherwise; a
+superseded section is deleted by hand."""
 
 from __future__ import annotations
 
