@@ -101,8 +101,8 @@ def write(benchmark: str, run: str, table: str, *, raw: list[Path] | tuple = (),
     # the section's own raw/<run>.json goes unnamed (the file's first line says where it is): only
     # other raw files are listed
     default = (folder / "raw" / f"{run}.json").resolve()
-    names = [str(Path(p).resolve().relative_to(RESULTS)) if Path(p).resolve().is_relative_to(RESULTS) else str(p)
-             for p in raw if Path(p).exists() and Path(p).resolve() != default]
+    found = [(p, Path(p).resolve()) for p in raw if Path(p).exists()]
+    names = [str(r.relative_to(RESULTS)) if r.is_relative_to(RESULTS) else str(p) for p, r in found if r != default]
     fields = [*prov.items(), ("raw", ", ".join(f"`{n}`" for n in names) + " (git-ignored)" if names else ""),
               ("protocol", protocol)]
     rows = "\n".join(f"| {key} | {value.replace('|', '/')} |" for key, value in fields if value)
