@@ -49,6 +49,7 @@ OPTIONAL_FIELDS: dict[str, pa.DataType] = {
     "judge_version": pa.int64(),  # the policy version that judged the row (self-rewarding)
     "laser_logprob": pa.float32(),  # LaSeR: log pi(z | prompt, response), read by the generator
     "labelled": pa.bool_(),  # whether the verifier labels this prompt (verifier.fraction)
+    "probe": pa.bool_(),  # a labelled prompt no judge or reward model trains on (verifier.probe_share)
     "token_rewards": pa.list_(pa.float32()),
     "ref_logprobs": pa.list_(pa.float32()),
     # written by the credit step (orchestrator/credit.py), read by the learners

@@ -232,7 +232,8 @@ def summarise(run: dict) -> dict:
              for *_, a in evals(rows, key)]
     learned = [v for r in rows for k, v in r.items() if k.startswith("learned/") and k.endswith("/auroc")]
     batch = [r.get("spark/batch_auroc", r.get("judge/auroc")) for r in rows]
-    batch = [b for b in batch if b is not None] or learned or \
+    probed = any(k.endswith("/auroc_trained") for r in rows for k in r)  # verifier.probe_share: the probes' AUROC
+    batch = (learned if probed else None) or [b for b in batch if b is not None] or learned or \
         [r["iter/judge_auroc"] for r in rows if r.get("iter/judge_auroc") is not None]
     hacking = max((r.get("eval/hacking_count") or 0 for r in rows), default=0)
     guard = [v for r in rows for k, v in r.items() if k.endswith("/guard") or k == "iter/guarded"]

@@ -301,6 +301,12 @@ class VerifierConfig(Section):
     # at `fraction`; 1: the labelled ones alone, GRPO on the labelled prompts; between: a judge's
     # reward stands in on the rest). Needs the dataset's fixed subset (select: random)
     labelled_share: Optional[float] = Field(None, gt=0, le=1)
+    # the share of the labelled training prompts held out of every judge's and reward model's training
+    # (the judging warm-ups, the online judge learner, SPARK's judge loss, SPC's critic items, a reward
+    # model's pairs, LaSeR's alignment): the policy still trains on them with the verifier's reward,
+    # and the guard and calibration of judge_credit (and self_rewarding's guard) read the learned
+    # reward on them alone, so they see its quality on prompts it has not learned (0: none)
+    probe_share: float = Field(0.0, ge=0, lt=1)
     workers: int = Field(2, ge=1)  # sandboxed reward worker processes per verifier replica
     # extra workers stand in for stuck ones, so hanging samples overlap: about one time limit per batch
     max_workers: int = Field(32, ge=1)
@@ -663,10 +669,19 @@ class Config(Section):
         if share is not None and self.verifier.fraction >= 1:
             raise ValueError(f"verifier.labelled_share={share} splits each step between labelled and unlabelled "
                              "prompts, but verifier.fraction=1 labels every one: set a fraction below 1")
-        if select == "random":
-            return
+        probes = self.verifier.probe_share
         from orchestrator.recipes import RECIPES
 
+        learns = getattr(RECIPES.get(self.recipe), "learns_rewards", False)
+        if probes and not (learns or self.judge_rewards() or self.model_rewards() or self.laser_rewards()):
+            raise ValueError(f"verifier.probe_share={probes} holds labelled prompts out of a judge's or reward "
+                             "model's training, but no reward source is learned (judge: true, model:, laser: "
+                             "true): drop it")
+        if probes and select != "random":
+            raise ValueError(f"verifier.probe_share={probes} holds out prompts the dataset labels, but "
+                             f"verifier.select={select} picks them after generation: use verifier.select=random")
+        if select == "random":
+            return
         if not getattr(RECIPES.get(self.recipe), "selects_labels", False):
             raise ValueError(f"verifier.select={select}: recipe {self.recipe!r} labels its prompts as the dataset "
                              "fixes them (verifier.select=random); picking them after generation works with "

@@ -249,12 +249,29 @@ def user_dataset(path: str, eval_path: str | None, eval_size: int, seed: int) ->
     return PromptSet(train=table.slice(eval_size), eval=table.slice(0, eval_size), name=Path(path).stem)
 
 
-def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=None) -> PromptSet:
+def with_probes(train: pa.Table, share: float, seed: int) -> pa.Table:
+    """`train` with a `probe` column: `share` of its labelled prompts (all of them where it has no
+    `labelled` column), fixed per prompt for the run (seeded); a prompt is a probe or trains judges."""
+    n = train.num_rows
+    pool = (train.column("labelled").to_numpy(zero_copy_only=False).astype(bool)
+            if "labelled" in train.schema.names else np.ones(n, bool))
+    probe = pool & (np.random.default_rng([seed, 11]).random(n) < share)
+    if not probe.any() or probe.sum() == pool.sum():
+        raise DatasetError(f"verifier.probe_share={share} holds {int(probe.sum())} of the {int(pool.sum())} labelled "
+                           "training prompts out of the judges' training: it needs at least one of each "
+                           "(change the share, verifier.fraction or the dataset's size)")
+    return train.append_column("probe", pa.array(probe, pa.bool_()))
+
+
+def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=None,
+                 probe_share: float = 0.0) -> PromptSet:
     """The prompt splits. With `model_cfg` (the run's `model` section) their prompts are rendered by
     the chat template (data.chat_template; orchestrator/chat_data.py), after making the model
     directory where model.bpe asks for one. With `label_fraction` < 1 the training prompts get a `labelled` column:
     which prompts the verifier labels, fixed per prompt for the run (seeded), as when checkable
-    answers exist for only part of a dataset. Held-out prompts are always labelled."""
+    answers exist for only part of a dataset. Held-out prompts are always labelled. With `probe_share`
+    > 0 they also get a `probe` column: that share of the labelled ones (seeded), which no judge or
+    reward model trains on (`verifier.probe_share`)."""
     if data_cfg.path:
         prompts = user_dataset(data_cfg.path, data_cfg.eval_path, data_cfg.eval_size, seed)
     elif data_cfg.task == "sorting":
@@ -275,6 +292,8 @@ def load_prompts(data_cfg, seed: int, label_fraction: float = 1.0, model_cfg=Non
         n = prompts.train.num_rows
         labelled = np.random.default_rng([seed, 7]).random(n) < label_fraction
         prompts.train = prompts.train.append_column("labelled", pa.array(labelled, pa.bool_()))
+    if probe_share > 0:
+        prompts.train = with_probes(prompts.train, probe_share, seed)
     template = data_cfg.prompt_template
     if template != "{prompt}":
         for split in ("train", "eval"):

@@ -25,6 +25,10 @@ the last `judge_credit.window` batches are kept, and before aggregation each lea
    same size whatever the gradient's scale, so this sets how much of the step's direction comes
    from the judge rather than the labels (`learned/fill_weight`).
 
+With `verifier.probe_share` the window holds the probe rows alone (orchestrator/probes.py): the
+guard and the calibration read the source on labelled prompts it has never trained on, and
+`learned/<s>/auroc_trained` is its AUROC on the batch's other labelled rows, for the gap.
+
 Metrics per source: `learned/<s>/auroc` (on the window), `/guard` (1: dropped this batch),
 `/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, `/uncalibrated`, and
 `/pairs_ordered`: on this batch's labelled rows, the share of a group's (right, wrong) pairs the
@@ -42,6 +46,7 @@ from pydantic import Field
 from actors import batch as B
 from orchestrator.config import Section
 from orchestrator.credit import RewardColumns
+from orchestrator.probes import probe_mask
 
 MIN_PER_CLASS = 8  # labelled rows of each kind in the window before calibration or the guard act
 
@@ -144,6 +149,12 @@ def gate_unsure(values: np.ndarray, groups: np.ndarray, band: float) -> tuple[np
     return out, float(unsure.sum() / n) if n else 0.0
 
 
+def _auroc_enough(score: np.ndarray, positive: np.ndarray) -> Optional[float]:
+    from orchestrator.evaluation import auroc
+
+    return auroc(score, positive) if min(int(positive.sum()), int((~positive).sum())) >= MIN_PER_CLASS else None
+
+
 class LearnedRewards(RewardColumns):
     """The credit step's treatment of learned reward columns (see the module doc); its window of
     labelled (score, label) rows and the guard's state are checkpointed with the loop."""
@@ -175,6 +186,7 @@ class LearnedRewards(RewardColumns):
                                f"batch has {names}")
         label = table.column(B.REWARD_PREFIX + self.label).to_numpy(zero_copy_only=False).astype(np.float64)
         groups = B.group_index(table)
+        probe = probe_mask(table)  # verifier.probe_share: measure on the prompts no judge trains on
         self._metrics, trust = {}, []
         for s in self.sources:
             col = B.REWARD_PREFIX + s
@@ -182,7 +194,8 @@ class LearnedRewards(RewardColumns):
                 continue
             values = table.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
             both = ~np.isnan(values) & ~np.isnan(label)
-            self.history[s] = (self.history[s] + [np.stack([values[both], label[both] >= 0.5], 1).tolist()])[-self.cfg.window:]
+            measured = both if probe is None else both & probe
+            self.history[s] = (self.history[s] + [np.stack([values[measured], label[measured] >= 0.5], 1).tolist()])[-self.cfg.window:]
             score, truth = self._window(s)
             positive = truth >= 0.5
             enough = min(int(positive.sum()), int((~positive).sum())) >= MIN_PER_CLASS
@@ -196,6 +209,8 @@ class LearnedRewards(RewardColumns):
             m = {"auroc": auc, "auroc_batch": now_auc,
                  "pairs_ordered": rank_quality(values[both], label[both] >= 0.5, groups[both])["pairs_ordered"]
                  if both.any() else None}
+            if probe is not None:  # the same batch's rows the judge may have trained on, for the gap
+                m["auroc_trained"] = _auroc_enough(values[both & ~probe], label[both & ~probe] >= 0.5)
             if self.cfg.min_auroc is not None and auc is not None:
                 self.guarded[s] = min(a for a in (auc, now_auc) if a is not None) < self.cfg.min_auroc
             m["guard"] = float(self.guarded[s]) if self.cfg.min_auroc is not None else None

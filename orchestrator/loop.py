@@ -26,6 +26,7 @@ from orchestrator.config import Config
 from orchestrator.data import PromptSampler, PromptSet
 from orchestrator.label_select import label_metrics
 from orchestrator.metrics import MetricsSink
+from orchestrator.probes import hidden_batch
 from orchestrator.progress import RunProgress, estimate
 from orchestrator.reward_health import RewardHealth, step_counts
 
@@ -114,6 +115,7 @@ async def train(ctx: RunContext, recipe, checkpoint, state: dict | None = None) 
             credited = {}
             if ctx.credit is not None:  # rewards -> advantages, on the driver (orchestrator.credit)
                 tables, credited = await ctx.credit.run(tables)
+            tables = await hidden_batch(cfg, tables)  # verifier.probe_share: no learner sees probes' labels
             t_credit = time.perf_counter()
             dump = str(ctx.run_dir / "rollouts" / f"step_{step}.parquet") if cfg.train.dump_rollouts else None
             if colocated:  # the batch is generated and scored: the generators idle until the publish

@@ -52,6 +52,7 @@ class Recipe:
     separate_judge = False  # can judge apart from the policy (judge.separate: a judge pool of its own)
     online_judge = False  # can train that judge apart as it runs (judge.online_items: a judge learner)
     selects_labels = False  # its per-piece scoring spends the labels after generation (verifier.select)
+    learns_rewards = False  # trains a reward model from the verifier's labels with no learned reward source
     stage_names: tuple[str, ...] = DEFAULT  # registered stages (orchestrator.stages), in order
     # Config sections this recipe owns: name -> pydantic model (orchestrator.settings). Its stages'
     # sections come with them; a subclass inherits its bases' sections.

@@ -155,7 +155,8 @@ class Run:
         session.add("ray_start", time.perf_counter() - t_start)
         # from here to the loop: the warm-up stages (timed by the stage driver) and the actors' start
         t_actors, counted = time.perf_counter(), sum(session.phases.values())
-        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction, model_cfg=cfg.model)
+        prompts = load_prompts(cfg.data, cfg.seed, cfg.verifier.fraction, model_cfg=cfg.model,
+                               probe_share=cfg.verifier.probe_share)
         warm_info: dict = {}
         pools: dict = {}
         if self.resume_from is not None:  # every stage finished before the checkpoint

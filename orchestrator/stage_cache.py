@@ -54,7 +54,13 @@ def stage_path(config, kind: str, source: str | None, label: str | None, extra: 
     spec = next((r.model_dump() for r in config.rewards if r.name == label), None)
     return (Path(config.warmup.cache_dir).expanduser().parent / kind /
             cache_key(config, {"kind": kind, "source": source, "label": spec, "rollout": config.rollout.model_dump(),
-                               "verifier_fraction": config.verifier.fraction, **extra}))
+                               "verifier_fraction": config.verifier.fraction, **probe_key(config), **extra}))
+
+
+def probe_key(config) -> dict:
+    """`verifier.probe_share` in a warm-up's key where it is set (keys made before it existed still hit)."""
+    share = config.verifier.probe_share
+    return {"verifier_probe_share": share} if share else {}
 
 
 def read_marker(path: Path, marker: str) -> dict | None:

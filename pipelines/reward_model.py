@@ -22,6 +22,7 @@ class RewardModelTraining(Recipe):
     name = "reward_model"
     settings = {"reward_model": RewardModelConfig}  # its own, with or without a `model:` reward source
     policy = False  # the policy is not trained; it only samples (from the warm-up) when pairs are built
+    learns_rewards = True  # from the verifier's labels (verifier.probe_share holds some out)
 
     @classmethod
     def from_file(cls, config) -> bool:

@@ -32,6 +32,7 @@ from actors import batch as B
 from orchestrator.batch_source import BatchSource, PairPiece
 from orchestrator.config import Section, registered
 from orchestrator.evaluation import greedy_accuracy, judge_quality
+from orchestrator.probes import probe_mask
 from orchestrator.recipes import Sources
 from orchestrator.roles import RoleSpec
 from pipelines.grpo import GRPO, publish
@@ -184,14 +185,16 @@ class IterationSource(BatchSource):
     def _with_labels(self, samples: pa.Table, judge: np.ndarray) -> tuple[np.ndarray, dict]:
         """Scores for pairing: the verifier's label plus a 1e-3 share of the judge's score where the
         prompt is labelled (same-label responses ordered by the judge), the judge's score elsewhere,
-        or NaN there when the guard is on (the judge's AUROC on the labelled rows below
-        judge_credit.min_auroc); and the iteration's judge AUROC and guard."""
+        or NaN there when the guard is on (the judge's AUROC on the labelled rows, the probes' alone
+        with verifier.probe_share, below judge_credit.min_auroc); and the iteration's judge AUROC and guard."""
         from orchestrator.evaluation import auroc
 
         column = B.REWARD_PREFIX + self.ctx.config.accuracy_source()
         label = samples.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
         known = ~np.isnan(label) & ~np.isnan(judge)
-        auc = auroc(judge[known], label[known] >= 0.5) if known.any() else None
+        probe = probe_mask(samples)  # verifier.probe_share: the guard reads prompts no judge trained on
+        measured = known if probe is None else known & probe
+        auc = auroc(judge[measured], label[measured] >= 0.5) if measured.any() else None
         floor = self.ctx.config.judge_credit.min_auroc
         guarded = floor is not None and auc is not None and auc < floor
         scores = np.where(np.isnan(label), np.nan if guarded else judge, (label >= 0.5) + 1e-3 * np.nan_to_num(judge))
@@ -344,11 +347,15 @@ def draw_prompts(sampler, total: int, per_draw: int) -> pa.Table:
 
 
 def labelled_rows(samples: pa.Table, label: str) -> pa.Table:
-    """The samples the verifier labelled (`prompt`, `response` and the label's reward column)."""
+    """The samples the verifier labelled, probes aside (`prompt`, `response` and the label's reward
+    column): what the judge loss trains on."""
     column = B.REWARD_PREFIX + label
     if column not in samples.schema.names:
         return samples.slice(0, 0).select(["prompt", "response"])
     known = ~np.isnan(samples.column(column).to_numpy(zero_copy_only=False).astype(np.float64))
+    probe = probe_mask(samples)  # verifier.probe_share: no judge learns from the probes
+    if probe is not None:
+        known &= ~probe
     return samples.filter(pa.array(known)).select(["prompt", "response", column])
 
 

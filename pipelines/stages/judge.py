@@ -23,6 +23,7 @@ from orchestrator.config import Section, template_fields
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
 from orchestrator.near_misses import with_near_misses
+from orchestrator.probes import trainable_labelled
 from orchestrator.stage_cache import fmt, save_stage, stage_path
 from orchestrator.stages import StageProgress, stop_if_requested
 from pipelines.stages import PolicyWarmup
@@ -182,10 +183,10 @@ def judge_rows(table: pa.Table, config, rng: np.random.Generator) -> pa.Table:
 
 
 def labelled_prompts(train: pa.Table, limit: int) -> pa.Table:
-    """Up to `limit` training prompts the verifier labels (all of them where it labels every prompt):
-    the judge learns only from labels the run has (`verifier.fraction`)."""
-    if "labelled" in train.schema.names:
-        train = train.filter(train.column("labelled"))
+    """Up to `limit` training prompts the verifier labels (all of them where it labels every prompt),
+    probes aside: the judge learns only from labels the run has (`verifier.fraction`) and never from
+    the prompts that measure it (`verifier.probe_share`, orchestrator/probes.py)."""
+    train = trainable_labelled(train)
     if train.num_rows == 0:
         raise RuntimeError("judging warm-up: verifier.fraction labels none of the training prompts; raise it "
                            "or set judge.warmup_steps=0")

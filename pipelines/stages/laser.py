@@ -21,6 +21,7 @@ from actors import batch as B
 from orchestrator.channels import Channel
 from orchestrator.config import Section
 from orchestrator.evaluation import greedy_accuracy, labelled_samples, self_reward_quality
+from orchestrator.probes import trainable_labelled
 from orchestrator.stage_cache import fmt, save_stage, stage_path
 from orchestrator.stages import StageProgress, stop_if_requested
 from pipelines.laser_reward import save_c, with_offset
@@ -119,9 +120,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     before = await self_reward_quality(ctx, seq=_EVAL_SEQ)
     ctx.progress.print(f"self-verification warm-up: on {laser.best_of} fresh samples of each of "
                        f"{laser.eval_prompts} held-out prompts, before: {_quality(before)}")
-    prompts = ctx.prompts.train
-    if "labelled" in prompts.schema.names:  # only the prompts the verifier labels (verifier.fraction)
-        prompts = prompts.filter(prompts.column("labelled"))
+    prompts = trainable_labelled(ctx.prompts.train)  # labelled (verifier.fraction), not probes
     prompts = prompts.slice(0, min(laser.warmup_prompts, prompts.num_rows))
     if prompts.num_rows == 0:
         raise ValueError(f"laser.warmup_steps={laser.warmup_steps} needs verifier-labelled training prompts; "

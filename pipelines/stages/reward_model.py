@@ -13,7 +13,7 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from orchestrator.config import Config, ConfigError, Section, template_fields, validate_config
-from orchestrator.stage_cache import cache_key
+from orchestrator.stage_cache import cache_key, probe_key
 from orchestrator.stages import Stage, Stopped
 
 
@@ -60,7 +60,7 @@ MARKER = "reward_warmup.json"
 
 def cache_path(config) -> Path:
     extra = {"reward_model": config.reward_model.model_dump(exclude={"cache", "pairs_path", "eval_pairs_path"}),
-             "rewards": [r.model_dump() for r in config.fn_rewards()], "fraction": config.verifier.fraction,
+             "rewards": [r.model_dump() for r in config.fn_rewards()], "fraction": config.verifier.fraction, **probe_key(config),
              "rollout": config.rollout.model_dump(), "kind": "reward_model"}
     return Path(config.warmup.cache_dir).expanduser().parent / "reward_models" / cache_key(config, extra)
 
