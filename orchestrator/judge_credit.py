@@ -27,7 +27,8 @@ the last `judge_credit.window` batches are kept, and before aggregation each lea
 
 With `verifier.probe_share` the window holds the probe rows alone (orchestrator/probes.py): the
 guard and the calibration read the source on labelled prompts it has never trained on, and
-`learned/<s>/auroc_trained` is its AUROC on the batch's other labelled rows, for the gap.
+`learned/<s>/auroc_trained` is its AUROC on the batch's other labelled rows, for the gap
+(`/probe_rows`: the batch's labelled probe rows).
 
 Metrics per source: `learned/<s>/auroc` (on the window), `/guard` (1: dropped this batch),
 `/gated_frac`, `/flat_groups_frac`, `/calib_slope`, `/calib_bias`, `/uncalibrated`, and
@@ -211,6 +212,7 @@ class LearnedRewards(RewardColumns):
                  if both.any() else None}
             if probe is not None:  # the same batch's rows the judge may have trained on, for the gap
                 m["auroc_trained"] = _auroc_enough(values[both & ~probe], label[both & ~probe] >= 0.5)
+                m["probe_rows"] = float(measured.sum())
             if self.cfg.min_auroc is not None and auc is not None:
                 self.guarded[s] = min(a for a in (auc, now_auc) if a is not None) < self.cfg.min_auroc
             m["guard"] = float(self.guarded[s]) if self.cfg.min_auroc is not None else None

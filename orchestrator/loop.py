@@ -80,7 +80,8 @@ def step_info(row: dict, last_acc: tuple[float, int] | None = None) -> str:
     # the verifier's alone, or nothing where it labels nothing
     for key in sorted(k for k, v in row.items() if k.startswith("learned/") and k.endswith("/guard") and v == 1):
         source, auc = key[len("learned/"):-len("/guard")], row.get(key[:-len("guard")] + "auroc")
-        parts.append(f"{source} dropped by the guard (AUROC {auc:.2f})" if auc is not None
+        on = " on probes" if f"learned/{source}/probe_rows" in row else ""  # verifier.probe_share
+        parts.append(f"{source} dropped by the guard (AUROC{on} {auc:.2f})" if auc is not None
                      else f"{source} dropped by the guard")
     return "  ".join(p for p in parts if p)
 

@@ -42,6 +42,12 @@ def trainable_labelled(train: pa.Table) -> pa.Table:
     return train if probe is None else train.filter(pa.array(~probe))
 
 
+def probes_note(train: pa.Table) -> str:
+    """' (N probe prompts held out: verifier.probe_share)' for a warm-up's progress line, or ''."""
+    probe = probe_mask(train)
+    return "" if probe is None else f" ({int(probe.sum())} more labelled ones held out as probes: verifier.probe_share)"
+
+
 def hide_labels(table: pa.Table, sources: list[str]) -> pa.Table:
     """`table` with the reward columns of `sources` (the verifier's) null on its probe rows."""
     probe = probe_mask(table)

@@ -297,6 +297,9 @@ def test_progress_line_shows_the_last_accuracy_between_evaluations() -> None:
                       "learned/rm/guard": 0.0, "learned/rm/auroc": 0.9})
     assert "judge dropped by the guard (AUROC 0.63)" in line and "rm dropped" not in line
     assert "judge dropped by the guard" in step_info({"reward/mean": 0.0, "learned/judge/guard": 1.0})
+    probed = step_info({"reward/mean": 0.0, "learned/judge/guard": 1.0, "learned/judge/auroc": 0.7,
+                        "learned/judge/probe_rows": 64.0})
+    assert "judge dropped by the guard (AUROC on probes 0.70)" in probed  # verifier.probe_share
 
 
 def test_the_final_line_puts_the_warm_start_beside_the_end() -> None:

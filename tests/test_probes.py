@@ -73,7 +73,7 @@ def test_the_guard_reads_the_judge_on_probes_not_on_the_prompts_it_learned():
     out = probed(table)
     m = probed.metrics()
     assert m["learned/judge/guard"] == 1.0 and m["learned/judge/auroc"] < 0.7
-    assert m["learned/judge/auroc_trained"] == 1.0
+    assert m["learned/judge/auroc_trained"] == 1.0 and m["learned/judge/probe_rows"] == 40
     assert out.column("reward.judge").null_count == 80  # dropped: the labels alone train the policy
 
 

@@ -23,7 +23,7 @@ from orchestrator.config import Section, template_fields
 from orchestrator.data import PromptSampler
 from orchestrator.evaluation import labelled_samples
 from orchestrator.near_misses import with_near_misses
-from orchestrator.probes import trainable_labelled
+from orchestrator.probes import probes_note, trainable_labelled
 from orchestrator.stage_cache import fmt, save_stage, stage_path
 from orchestrator.stages import StageProgress, stop_if_requested
 from pipelines.stages import PolicyWarmup
@@ -254,7 +254,7 @@ async def warm_up(ctx, out_dir: Path) -> dict:
     rows = judge_rows(train, cfg, rng)
     before, auc_before = await agreement(ctx, held_out)
     ctx.progress.print(f"judging warm-up: {rows.num_rows} balanced judge examples from {train.num_rows - near} answers to "
-                       f"{judged_prompts.num_rows} labelled prompts"
+                       f"{judged_prompts.num_rows} labelled prompts" + probes_note(ctx.prompts.train)
                        + (f" and {near} near misses of the right ones (judge.near_misses)" if judge.near_misses else "")
                        + "; on held-out samples the judge agrees with the "
                        f"verifier {before:.3f} (AUROC {fmt(auc_before)}) before")
