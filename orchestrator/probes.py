@@ -43,7 +43,7 @@ def trainable_labelled(train: pa.Table) -> pa.Table:
 
 
 def probes_note(train: pa.Table) -> str:
-    """' (N probe prompts held out: verifier.probe_share)' for a warm-up's progress line, or ''."""
+    """' (N more labelled ones held out as probes: ...)' for a warm-up's progress line, or ''."""
     probe = probe_mask(train)
     return "" if probe is None else f" ({int(probe.sum())} more labelled ones held out as probes: verifier.probe_share)"
 
