@@ -205,8 +205,7 @@ class LearnedRewards(RewardColumns):
                 trust.append(min(1.0, max(0.0, 2 * auc - 1)))
             now = np.asarray(self.history[s][-1], np.float64).reshape(-1, 2)
             now_pos = now[:, 1] >= 0.5
-            now_auc = (auroc(now[:, 0], now_pos) if min(int(now_pos.sum()), int((~now_pos).sum())) >= MIN_PER_CLASS
-                       else None)
+            now_auc = _auroc_enough(now[:, 0], now_pos)
             m = {"auroc": auc, "auroc_batch": now_auc,
                  "pairs_ordered": rank_quality(values[both], label[both] >= 0.5, groups[both])["pairs_ordered"]
                  if both.any() else None}
