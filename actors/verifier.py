@@ -4,7 +4,9 @@ Each function (a registry name or `module:function`) writes `reward.<source>`. A
 raises, returns a non-number or exceeds its time limit gives that sample a null `reward.<source>`
 and a `reward_error.<source>` message; the run goes on. Functions run in sandboxed worker
 processes (actors.sandbox.pool). Rows whose prompt the verifier does not label
-(`verifier.fraction` < 1: column `labelled` false) get a null reward and no error.
+(`verifier.fraction` < 1: column `labelled` false) get a null reward and no error, except from a
+label-free function (`@label_free_reward`: majority vote, Co-Reward), which reads no reference and scores
+every row.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Verifier:
 
         self.specs = config.fn_rewards() + config.process_rewards()
         self.process = {r.name: r.delimiter for r in config.process_rewards()}
+        self.label_free = {r.name for r in self.specs if r.label_free}  # scored on unlabelled prompts too
         self.tokenizer = _tokenizer(config.model) if self.process else None  # steps -> token positions
         self.on_error = config.verifier.on_error
         self.accuracy_source = config.accuracy_source()
@@ -70,6 +73,7 @@ class Verifier:
         rows = table.select(columns).to_pylist()
         labelled = (np.asarray(table.column("labelled").to_numpy(zero_copy_only=False), dtype=bool)
                     if "labelled" in table.schema.names else np.ones(table.num_rows, dtype=bool))
+        every = np.ones(table.num_rows, dtype=bool)
         items, slots = [], []  # slots: (source, row indices the item's value(s) go to)
         steps_at: dict[str, dict[int, np.ndarray]] = {}  # process source -> row -> step token positions
         pieces: dict[int, list[str]] = {}  # row -> its response tokens decoded one by one (shared by sources)
@@ -86,10 +90,11 @@ class Verifier:
                     items.append((spec.name, {**rows[i], "steps": steps, **spec.args}))
                     slots.append((spec.name, np.array([i])))
             elif self._scope(spec.name) == "group":
+                scored = every if spec.name in self.label_free else labelled
                 groups = (B.group_index(table) if spec.group_by is None else
                           pc.dictionary_encode(table.column(spec.group_by)).combine_chunks().indices.to_numpy())
-                for g in np.unique(groups[labelled]):
-                    idx = np.nonzero((groups == g) & labelled)[0]
+                for g in np.unique(groups[scored]):
+                    idx = np.nonzero((groups == g) & scored)[0]
                     first = rows[idx[0]]
                     kwargs = {**{k: v for k, v in first.items() if k != "response"},
                               "responses": [rows[i]["response"] for i in idx],
@@ -97,7 +102,7 @@ class Verifier:
                     items.append((spec.name, kwargs))
                     slots.append((spec.name, idx))
             else:
-                for i in np.nonzero(labelled)[0]:
+                for i in np.nonzero(every if spec.name in self.label_free else labelled)[0]:
                     items.append((spec.name, {**rows[i], **spec.args}))
                     slots.append((spec.name, np.array([i])))
         before = self.sandbox.stats()["sources"] if items else {}
@@ -140,7 +145,7 @@ class Verifier:
             if missing:  # an opted-in weaker sandbox shows in every step's metrics
                 info[f"missing_layers/{spec.name}"] = len(missing)
         for spec in self.specs:  # for the run's check on failing sources (orchestrator.reward_health)
-            info[f"scored/{spec.name}"] = int(labelled.sum())
+            info[f"scored/{spec.name}"] = table.num_rows if spec.name in self.label_free else int(labelled.sum())
             info[f"first_error/{spec.name}"] = next((e for e in errors[spec.name] if e is not None), None)
         table, delta = self._scored_details(table, slots, results, held)  # reasons, VeRPO weights: see below
         if held is not None:

@@ -39,6 +39,9 @@ rewards enter the advantage, orchestrator/judge_credit.py):
   cooper            + a reward model (warm-up on labelled pairs) trained online on labelled pairs
   self_rewarding    DPO iterations on pairs: labels where they exist, the judge elsewhere
   spc               + the SPC critic (judging warm-up; trained on the game and the policy's labelled errors)
+  grpo_oracle_fill  no recipe: the task's verifier itself fills the unlabelled prompts (a judge always
+                    right; `--oracle-flip q`: wrong on a fixed share q of answers), what a judge could add
+                    (benchmarks/oracle_fill.py)
 
 Judging warm-ups see only the labelled prompts, and their task share repeats the policy's own greedy
 answers (`judge.warmup_task=own`; `--judge-task own_samples`: its sampled answers), so no warm-up
@@ -114,6 +117,10 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
         "self_rewarding": ("self_rewarding", [judge, f"verifier.accuracy_source={v}", "iterations.labels=true", *warm,
                                               f"iterations.prompts={prompts_as_run(args) * args.steps // 3}", "iterations.iterations=3",
                                               "train.max_steps=100000"]),
+        "grpo_oracle_fill": ("grpo_addition", [
+            f"rewards=[{{name: {v}}}, {{name: oracle, fn: 'oracle_fill:oracle', weight: 0, "
+            f"args: {{verifier: {v}, flip: {args.oracle_flip}}}}}]", f"aggregate.fill={{{v}: oracle}}",
+            f"verifier.accuracy_source={v}"]),
         "spc": ("spc", [f"rewards=[{{name: {v}}}, {{name: critic, judge: true, weight: 0}}]",
                         f"aggregate.fill={{{v}: critic}}", *warm, "spc.policy_items=32"]),
     }
@@ -211,6 +218,9 @@ def isolate_ray() -> None:
     for key in [k for k in os.environ if k.startswith("RAY_")]:
         del os.environ[key]
     os.environ.update({"RAY_TMPDIR": tempfile.mkdtemp(prefix="sj-", dir="/tmp"), "RAY_USAGE_STATS_ENABLED": "0"})
+    # grpo_oracle_fill's reward function (benchmarks/oracle_fill.py), imported by each run's sandbox
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def start_accuracy(run: dict) -> float | None:
@@ -332,6 +342,8 @@ def main() -> None:
                         help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
                              "self_judged_grpo, spc and self_rewarding guard at 0.8, set for addition's weak judges, "
                              "which on sorting drops a good judge on a quarter of the steps (results: _lr5e5_sjg08)")
+    parser.add_argument("--oracle-flip", type=float, default=0.0,
+                        help="grpo_oracle_fill: the share of answers its verifier-as-judge gets wrong (0: none)")
     parser.add_argument("--laser-warmup", type=int, default=300, help="laser.warmup_steps")
     parser.add_argument("--rm-warmup", type=int, default=60, help="reward_model.warmup_steps (cooper)")
     parser.add_argument("--train-size", type=int, default=None,

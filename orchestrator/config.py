@@ -265,17 +265,27 @@ class RewardSpec(Section):
                              "shape its steps with aggregate.process instead")
         return self
 
+    def _function(self):
+        """The reward function of a `fn` source (None for other kinds, or one whose import fails:
+        the plug-in check reports that, by name)."""
+        if self.kind != "fn":
+            return None
+        from actors.rewards import REWARD_FUNCTIONS
+        try:
+            return REWARD_FUNCTIONS.get(self.fn or self.name)
+        except Exception:
+            return None
+
     @property
     def is_process(self) -> bool:
         """A process (per-step) reward function, writing token_rewards.<name>."""
-        if self.kind != "fn":
-            return False
-        from actors.rewards import REWARD_FUNCTIONS
-        try:
-            fn = REWARD_FUNCTIONS.get(self.fn or self.name)
-        except Exception:  # an import path that fails is reported by the plug-in check, by name
-            return False
-        return getattr(fn, "reward_scope", "sample") == "process"
+        return getattr(self._function(), "reward_scope", "sample") == "process"
+
+    @property
+    def label_free(self) -> bool:
+        """A function that reads no reference answer (`@label_free_reward`): scored on every prompt, the
+        ones `verifier.fraction` leaves unlabelled included."""
+        return bool(getattr(self._function(), "label_free", False))
 
     @property
     def delimiter(self) -> str:
@@ -291,7 +301,8 @@ class VerifierConfig(Section):
     on_error: float = 0.0  # reward used in the aggregate when a source fails for a sample
     accuracy_source: Optional[str] = None  # eval/accuracy = mean of this fn source (default: the first)
     # Fraction of training prompts the verifier labels (chosen per prompt, seeded); the others get a
-    # null verifier reward with no error. Held-out prompts are always labelled.
+    # null verifier reward with no error, except from label-free functions (@label_free_reward:
+    # majority_vote, co_reward), which score every prompt. Held-out prompts are always labelled.
     fraction: float = Field(1.0, ge=0, le=1)
     # which prompts those are (orchestrator/label_select.py): random (fixed per prompt, seeded) or,
     # picked after generation among each piece's groups, distinct (the most distinct responses) or

@@ -5,6 +5,14 @@ A learned source is a `judge: true`, `model:` or `laser: true` reward. Where the
 prompt (`verifier.fraction`), the batch shows how good that source is: its scores and the labels of
 the last `judge_credit.window` batches are kept, and before aggregation each learned column is
 
+0. voted (`weighted_vote: text` or `int`): each response's value becomes its answer's weighted vote
+   in its group, the sum of the source's values over the group's responses that give the same
+   answer, over the group's size (a probability's: its answer's share times its mean value; an
+   unbounded score's: its answer's mean score plus the log of its share). A judge's verdict and the
+   group's agreement are two views of one answer, and their product orders a group's answers better
+   than either (verifier-weighted majority voting: on sorting with 100 labelled prompts, the share of
+   a group's (right, wrong) pairs ordered right 0.86-0.90 against the judge's 0.77-0.81 and the vote
+   share's 0.77-0.83). The guard and the calibration below then read the voted values;
 1. guarded (`min_auroc`): while the source's AUROC against the labels is below it, on the window or
    on this batch alone (a judge that collapses is dropped at once, not after the window has
    forgotten its good batches), its values are dropped (null: missing by design), so the recipe
@@ -66,11 +74,16 @@ class JudgeCreditConfig(Section):
     # the advantages of rows the verifier did not label (their reward is the learned source's under
     # aggregate.fill) times this; `auroc`: 2 * AUROC - 1 on the window (0 at chance, 1 when perfect)
     fill_weight: Union[Literal["auroc"], Annotated[float, Field(ge=0, le=1)]] = 1.0
+    # each learned value becomes its answer's weighted vote in its group: the sum of the values of the
+    # group's responses giving that answer over the group's size (verifier-weighted majority voting,
+    # before the guard and the calibration); an answer is the response's normalised text (`text`) or
+    # its first integer (`int`). None: off
+    weighted_vote: Optional[Literal["text", "int"]] = None
 
     @property
     def active(self) -> bool:
         return (self.confidence != "raw" or self.min_spread > 0 or self.min_auroc is not None
-                or self.fill_weight != 1.0)
+                or self.fill_weight != 1.0 or self.weighted_vote is not None)
 
 
 def platt(scores: np.ndarray, labels: np.ndarray, l2: float = 1e-3, iters: int = 50) -> tuple[float, float]:
@@ -150,6 +163,28 @@ def gate_unsure(values: np.ndarray, groups: np.ndarray, band: float) -> tuple[np
     return out, float(unsure.sum() / n) if n else 0.0
 
 
+def weighted_vote(values: np.ndarray, groups: np.ndarray, answers: list, bounded: bool) -> np.ndarray:
+    """Each non-null value replaced by its answer's weighted vote in its group (module doc, step 0):
+    with probabilities, the sum of the values of the group's responses giving the same answer over
+    the group's size; with unbounded scores, their mean plus the log of the answer's share. A
+    response without an answer (None) is an answer of its own. Null values stay null and do not
+    count in the group's size."""
+    out = values.copy()
+    keys = [("", i) if a is None else (a,) for i, a in enumerate(answers)]
+    for g in np.unique(groups):
+        rows = np.nonzero((groups == g) & ~np.isnan(values))[0]
+        if not len(rows):
+            continue
+        same: dict = {}
+        for i in rows:
+            same.setdefault(keys[i], []).append(i)
+        for members in same.values():
+            total = float(values[members].sum())
+            share = len(members) / len(rows)
+            out[members] = total / len(rows) if bounded else total / len(members) + np.log(share)
+    return out
+
+
 def _auroc_enough(score: np.ndarray, positive: np.ndarray) -> Optional[float]:
     from orchestrator.evaluation import auroc
 
@@ -189,11 +224,14 @@ class LearnedRewards(RewardColumns):
         groups = B.group_index(table)
         probe = probe_mask(table)  # verifier.probe_share: measure on the prompts no judge trains on
         self._metrics, trust = {}, []
+        answers = self._answers(table) if self.cfg.weighted_vote is not None else None
         for s in self.sources:
             col = B.REWARD_PREFIX + s
             if col not in names:
                 continue
             values = table.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
+            if self.cfg.weighted_vote is not None:
+                values = weighted_vote(values, groups, answers, probabilities(values))
             both = ~np.isnan(values) & ~np.isnan(label)
             measured = both if probe is None else both & probe
             self.history[s] = (self.history[s] + [np.stack([values[measured], label[measured] >= 0.5], 1).tolist()])[-self.cfg.window:]
@@ -242,6 +280,11 @@ class LearnedRewards(RewardColumns):
         if self.cfg.fill_weight != 1.0:
             self._metrics["learned/fill_weight"] = self._fill_weight
         return table
+
+    def _answers(self, table: pa.Table) -> list:
+        from actors.rewards.label_free import extract_answer
+
+        return [extract_answer(r or "", self.cfg.weighted_vote) for r in table.column("response").to_pylist()]
 
     def advantage_scale(self, table: pa.Table) -> Optional[np.ndarray]:
         """`fill_weight` on the rows the verifier did not label, 1 on the others (None: all 1)."""

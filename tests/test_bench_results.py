@@ -31,7 +31,8 @@ def test_results_in_git_are_small_markdown_summaries() -> None:
     files = tracked("benchmarks/results")
     assert files, "benchmarks/results/ holds no summary"
     assert [f for f in files if not f.endswith(".md")] == []
-    assert sum((ROOT / f).stat().st_size for f in files) < 512 * 1024
+    # summaries only: a section per measurement is 1-2 kB (the raw results, tens of MB, stay in raw/)
+    assert sum((ROOT / f).stat().st_size for f in files) < 576 * 1024
 
 
 def test_the_raw_folder_is_ignored() -> None:

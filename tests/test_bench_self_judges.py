@@ -49,3 +49,31 @@ def test_held_out_says_what_it_cannot_do(bench, tmp_path):
     with pytest.raises(SystemExit, match="--held-out 5: only the sorting task has problems to spare; addition"):
         bench.extend_held_out("addition", train, eval_, 5)
     assert bench.extend_held_out("sorting", train, eval_, 2) == 2
+
+
+def test_the_oracle_fill_is_the_verifier_label_free_and_wrong_on_a_fixed_share(bench, monkeypatch):
+    """grpo_oracle_fill: the verifier as a label-free source (it scores the unlabelled prompts),
+    flipped on the same answers every time for --oracle-flip; its overrides make a valid config."""
+    import sys
+    from argparse import Namespace
+
+    monkeypatch.syspath_prepend(str(Path(bench.__file__).parent))
+    sys.modules.pop("oracle_fill", None)
+    from oracle_fill import oracle
+
+    from orchestrator.config import load_config
+
+    assert oracle.label_free
+    assert oracle("3120>", "0123") == 1.0 and oracle("3120>", "0132") == 0.0
+    answers = [f"{i:04d}" for i in range(2000)]
+    flipped = [oracle("3120>", a, flip=0.2) != oracle("3120>", a) for a in answers]
+    assert 0.15 < sum(flipped) / len(answers) < 0.25
+    assert flipped == [oracle("3120>", a, flip=0.2) != oracle("3120>", a) for a in answers]  # the same ones
+    assert not any(oracle("3120>", a, flip=0.0) != oracle("3120>", a) for a in answers)
+    config, overrides = bench.recipes("sorted_digits", Namespace(
+        oracle_flip=0.1, judge_warmup=200, judge_task="own", judge_task_fraction=0.5, judge_separate=False,
+        judge_online=0, judge_online_lr=3e-4, eval_prompts=64, laser_warmup=300, rm_warmup=60, prompts=32,
+        extra=[], steps=40))["grpo_oracle_fill"]
+    cfg = load_config(config, [*overrides, "verifier.fraction=0.1"])
+    oracle_spec = next(r for r in cfg.rewards if r.name == "oracle")
+    assert oracle_spec.label_free and oracle_spec.args == {"verifier": "sorted_digits", "flip": 0.1}

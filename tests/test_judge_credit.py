@@ -15,7 +15,7 @@ from actors.rewards.sorting import problem_digits, sorted_digits
 from orchestrator.config import ConfigError, load_config
 from orchestrator.data import DatasetError, load_prompts, sorting
 from orchestrator.evaluation import hacking
-from orchestrator.judge_credit import LearnedRewards, gate_unsure, group_flatten, platt
+from orchestrator.judge_credit import LearnedRewards, gate_unsure, group_flatten, platt, weighted_vote
 from orchestrator.recipes import RECIPES, Sources
 from test_learner import config, prompts, reward_fn, scored  # noqa: F401  (fixtures: a scored batch)
 
@@ -522,3 +522,42 @@ def test_the_judges_examples_come_from_warmup_samples_answers_a_labelled_prompt(
         stage.stage_path = original
     assert "warmup_samples" not in unset and set32["warmup_samples"] == 32
     assert {k: v for k, v in set32.items() if k != "warmup_samples"} == unset
+
+
+def test_weighted_vote_is_an_answers_share_times_its_verdict():
+    """Probabilities: the sum of the verdicts on the group's responses giving the same answer over
+    the group's size; unbounded scores: their mean plus the log of the share. A null value stays
+    null and is not counted; a response with no answer is an answer of its own."""
+    values = np.array([0.9, 0.7, 0.2, 0.6, np.nan, 0.8, 0.3])
+    groups = np.array([0, 0, 0, 0, 0, 1, 1])
+    answers = ["12", "12", "21", None, "12", "x", None]
+    out = weighted_vote(values, groups, answers, bounded=True)
+    assert out[:4] == pytest.approx([0.4, 0.4, 0.05, 0.15]) and np.isnan(out[4])
+    assert out[5:] == pytest.approx([0.4, 0.15])
+    scores = weighted_vote(np.array([1.0, 3.0, -2.0]), np.zeros(3, int), ["a", "a", "b"], bounded=False)
+    assert scores == pytest.approx([2 + np.log(2 / 3)] * 2 + [-2 + np.log(1 / 3)])
+    lone = weighted_vote(np.array([0.3, 0.9]), np.array([0, 1]), [None, None], bounded=True)
+    assert lone == pytest.approx([0.3, 0.9])  # a group of one: its own verdict
+
+
+def test_a_weighted_vote_ranks_the_groups_common_answer_above_a_lone_one_the_judge_prefers():
+    """Six of eight samples give one answer the judge scores 0.6, two give others it scores 0.7:
+    voted, the common answer leads, and the guard's window, the calibration and `pairs_ordered`
+    read the voted values."""
+    responses = ["123"] * 6 + ["132", "213"]
+    labels = [1.0] * 6 + [0.0, 0.0]
+    table = judged([0.6] * 6 + [0.7, 0.7], labels, groups=[0] * 8).append_column("response", pa.array(responses))
+    plain = LearnedRewards(credit_config())
+    plain(table)
+    assert plain.metrics()["learned/judge/pairs_ordered"] == 0.0
+    part = LearnedRewards(credit_config("judge_credit.weighted_vote=text"))
+    out = part(table).column("reward.judge").to_numpy(zero_copy_only=False)
+    assert out == pytest.approx([0.45] * 6 + [0.0875] * 2)
+    assert part.metrics()["learned/judge/pairs_ordered"] == 1.0
+    assert part.history["judge"][-1][0] == pytest.approx([0.45, 1.0])  # the window holds voted values
+
+
+def test_weighted_vote_names_its_answer_kinds():
+    assert credit_config("judge_credit.weighted_vote=int").judge_credit.active
+    with pytest.raises(ConfigError, match="weighted_vote"):
+        credit_config("judge_credit.weighted_vote=words")

@@ -106,6 +106,24 @@ def test_unlabelled_prompts_get_no_verifier_reward_and_no_error():
     assert scored.column("reward_error.acc").to_pylist() == [None] * 4 and info["errors/acc"] == 0
 
 
+def test_a_label_free_function_scores_the_unlabelled_prompts_and_can_fill_the_verifiers_place():
+    """Majority vote reads no reference answer: with half the prompts labelled it still scores
+    every group, so `aggregate.fill` can put it where the verifier gave no label."""
+    cfg = validate_config({"rewards": [{"name": "acc", "fn": "exact_match"},
+                                       {"name": "vote", "fn": "majority_vote", "weight": 0.0, "args": {"extract": "text"}}],
+                           "verifier": {"fraction": 0.5, "accuracy_source": "acc"}, "aggregate": {"fill": {"acc": "vote"}},
+                           "rollout": {"samples_per_prompt": 3}})
+    assert [r.label_free for r in cfg.rewards] == [False, True]
+    table = rollouts(["7", "7", "8", "9", "9", "4"], ["7", "7", "7", "8", "8", "8"], group_size=3)
+    table = table.append_column("labelled", pa.array([True] * 3 + [False] * 3))
+    scored, info = score(cfg, table)
+    assert scored.column("reward.acc").to_pylist() == [1.0, 1.0, 0.0, None, None, None]
+    assert scored.column("reward.vote").to_pylist() == [1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    assert info["scored/acc"] == 3 and info["scored/vote"] == 6
+    aggregated, _ = Aggregator(cfg.aggregate_spec()).apply(scored)
+    assert aggregated.column("reward").to_pylist() == [1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+
+
 def test_group_functions_see_every_response_of_a_prompt(user_module):
     cfg = config([{"name": "vote", "fn": f"{user_module}:agree"}])
     table = rollouts(["1", "1", "2", "5", "5", "5"], ["x"] * 6, group_size=3)

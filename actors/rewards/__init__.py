@@ -17,6 +17,15 @@ def group_reward(fn):
     return fn
 
 
+def label_free_reward(fn):
+    """Mark `fn` as label-free (`fn.label_free`): it reads no reference answer (majority vote reads
+    only the group's responses), so where the verifier labels a fraction of the prompts
+    (`verifier.fraction`) it still scores every prompt's responses, and can stand in for the
+    verifier on the others (`aggregate.fill`). Unmarked functions score the labelled prompts alone."""
+    fn.label_free = True
+    return fn
+
+
 def process_reward(fn):
     """Mark `fn` as a process reward: it scores each reasoning step of one response,
     `fn(prompt: str, response: str, steps: list[str], **columns) -> list[float]` (one value per

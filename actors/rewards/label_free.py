@@ -7,7 +7,8 @@
   and its responses are rewarded by agreement with the *other* question's label — cross-referring
   the pair makes collapsing onto a shared wrong answer harder than plain majority vote.
 
-Both are group functions (`@group_reward`): `majority_vote` sees one prompt's responses,
+Both are label-free (`@label_free_reward`: with `verifier.fraction` < 1 they still score the prompts the
+verifier does not label) and group functions (`@group_reward`): `majority_vote` sees one prompt's responses,
 `co_reward` a pair's (`group_by: <pair column>` in the reward spec) together with `prompts`, the
 prompt of each response.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from actors.rewards import REWARD_FUNCTIONS, group_reward
+from actors.rewards import REWARD_FUNCTIONS, group_reward, label_free_reward
 from actors.rewards.text import normalize_text
 
 _INT = re.compile(r"-?\d+")
@@ -43,6 +44,7 @@ def majority(answers: list[str | None]) -> str | None:
 
 
 @REWARD_FUNCTIONS.register("majority_vote")
+@label_free_reward
 @group_reward
 def majority_vote(prompt: str, responses: list[str], extract: str = "int", **_) -> list[float]:
     """1 for each response whose answer is the group's majority answer, else 0. A tie for the
@@ -53,6 +55,7 @@ def majority_vote(prompt: str, responses: list[str], extract: str = "int", **_) 
 
 
 @REWARD_FUNCTIONS.register("co_reward")
+@label_free_reward
 @group_reward
 def co_reward(prompt: str, responses: list[str], prompts: list[str] | None = None, extract: str = "int",
               **_) -> list[float]:
