@@ -11,6 +11,12 @@
         Within-prompt ranking of a LaSeR self-reward: 8 samples for each of 100 held-out prompts; the
         fraction of (correct, wrong) pairs of one prompt the self-reward orders correctly, best-of-8.
 
+    python benchmarks/probes.py judge-prompts WARM_DIR [--prompts 100 2000 7000] [--steps 800]
+        How good a judge the warm policy becomes with more labelled prompts (sorting, issue 32): for
+        each count, a copy of the warm policy trained on the verifier's labels of 8 samples of that
+        many training prompts (judge template "{prompt}{response}?" -> Y/N, balanced batches of 32,
+        AdamW 1e-3); held-out AUROC on 8 samples of 200 held-out prompts every --every steps.
+
     python benchmarks/probes.py laser-align WARM_DIR [--lr 3e-4] [--steps 600] [--beta 0.25] [--nll 1.0]
             [--resample] [--prompts 2048]
         A supervised self-verification phase for LaSeR: MSE between r and the verifier's label on
@@ -44,7 +50,7 @@ from summary import dict_table, raw_path, write as write_summary  # noqa: E402
 from orchestrator.data import arithmetic  # noqa: E402
 
 
-def sample(policy, tokenizer, prompts: list[str], n: int = 8, seed: int = 0) -> list[list[str]]:
+def sample(policy, tokenizer, prompts: list[str], n: int = 8, seed: int = 0, max_new_tokens: int = 5) -> list[list[str]]:
     """n sampled responses per prompt (temperature 1, no truncation), decoded."""
     torch.manual_seed(seed)
     out = []
@@ -52,7 +58,7 @@ def sample(policy, tokenizer, prompts: list[str], n: int = 8, seed: int = 0) -> 
         chunk = prompts[i:i + 500]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
-            ids = policy.generate(**enc, do_sample=True, temperature=1.0, top_k=0, max_new_tokens=5,
+            ids = policy.generate(**enc, do_sample=True, temperature=1.0, top_k=0, max_new_tokens=max_new_tokens,
                                   num_return_sequences=n, pad_token_id=tokenizer.pad_token_id,
                                   eos_token_id=tokenizer.eos_token_id)
         texts = tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -125,6 +131,50 @@ def majority(args) -> None:
         m = (r[:, 0] >= share - 1e-9) & untied
         out[f"share>={share}"] = {"groups": m.mean(), "majority_right": r[m, 1].mean()}
     print(json.dumps(out))
+
+
+def judge_prompts(args) -> None:
+    import copy
+
+    from actors.judging import render, single_token, verdict_logprobs, yes_probability
+    from actors.rewards.sorting import sorted_digits
+    from orchestrator.data import sorting
+    from orchestrator.evaluation import auroc
+
+    task = sorting(6, 8200, 1000, 0)
+    policy, tok = modeling.load_model(args.warm), modeling.load_tokenizer(args.warm)
+    yes, no = single_token(tok, "Y", "judge.yes"), single_token(tok, "N", "judge.no")
+
+    def judged(prompts: list[str]) -> tuple[list[str], np.ndarray]:
+        texts, labels = [], []
+        for p, answers in zip(prompts, sample(policy, tok, prompts, seed=args.seed, max_new_tokens=7)):
+            for a in (a.strip() for a in answers):
+                if a:
+                    texts.append(render("{prompt}{response}?", p, a))
+                    labels.append(sorted_digits(p, a) >= 0.5)
+        return texts, np.array(labels)
+
+    held_texts, held_labels = judged(task.eval.column("prompt").to_pylist()[:200])
+    for n in args.prompts:
+        texts, labels = judged(task.train.column("prompt").to_pylist()[:n])
+        good, bad = np.nonzero(labels)[0], np.nonzero(~labels)[0]
+        judge = copy.deepcopy(policy)
+        opt = torch.optim.AdamW(judge.parameters(), lr=1e-3)
+        rng = np.random.default_rng(args.seed + 1)
+        for step in range(1, args.steps + 1):
+            judge.train()
+            idx = np.concatenate([rng.choice(good, 16), rng.choice(bad, 16)])
+            pair = verdict_logprobs(judge, tok, [texts[i] for i in idx], yes, no, "cpu")
+            loss = torch.nn.functional.nll_loss(pair, torch.from_numpy(np.where(labels[idx], 0, 1)))
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(judge.parameters(), 1.0)
+            opt.step()
+            if step % args.every == 0:
+                judge.eval()
+                score = yes_probability(judge, tok, held_texts, yes, no, "cpu", 256)
+                print(json.dumps({"prompts": n, "examples": len(texts), "step": step,
+                                  "held_out_auroc": round(auroc(score, held_labels), 4)}), flush=True)
 
 
 def laser_groups(args) -> None:
@@ -267,6 +317,12 @@ def main() -> None:
     p.add_argument("warm")
     p.add_argument("--prompts", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("judge-prompts")
+    p.add_argument("warm")
+    p.add_argument("--prompts", type=int, nargs="+", default=[100, 2000, 7000])
+    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--every", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("laser-groups")
     p.add_argument("policy")
     p.add_argument("--recipe", default="laser")
@@ -285,7 +341,7 @@ def main() -> None:
     torch.set_num_threads(2)
     out = raw_path(f"probes/{args.probe}{args.label}.jsonl")
     with out.open("w") as f, contextlib.redirect_stdout(_Tee(sys.stdout, f)):
-        {"rm-pairs": rm_pairs, "majority": majority, "laser-groups": laser_groups,
+        {"rm-pairs": rm_pairs, "majority": majority, "judge-prompts": judge_prompts, "laser-groups": laser_groups,
          "laser-align": laser_align}[args.probe](args)
     summary = write_summary("probes", out.stem, table(out.read_text().splitlines()), raw=[out], protocol=" ".join(
         f"{k}={v}" for k, v in vars(args).items()))
