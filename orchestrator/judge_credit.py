@@ -11,8 +11,10 @@ the last `judge_credit.window` batches are kept, and before aggregation each lea
    unbounded score's: its answer's mean score plus the log of its share). A judge's verdict and the
    group's agreement are two views of one answer, and their product orders a group's answers better
    than either (verifier-weighted majority voting: on sorting with 100 labelled prompts, the share of
-   a group's (right, wrong) pairs ordered right 0.86-0.90 against the judge's 0.77-0.81 and the vote
-   share's 0.77-0.83). The guard and the calibration below then read the voted values;
+   the unlabelled prompts' (right, wrong) pairs ordered right 0.86-0.90 against the judge's 0.80 and
+   the vote share's 0.77-0.83), though in RL there it trained worse than the judge alone: it rewards
+   the policy's most common answer (docs/benchmarks.md). The guard and the calibration below then
+   read the voted values;
 1. guarded (`min_auroc`): while the source's AUROC against the labels is below it, on the window or
    on this batch alone (a judge that collapses is dropped at once, not after the window has
    forgotten its good batches), its values are dropped (null: missing by design), so the recipe
