@@ -74,6 +74,7 @@ class Verifier:
         labelled = (np.asarray(table.column("labelled").to_numpy(zero_copy_only=False), dtype=bool)
                     if "labelled" in table.schema.names else np.ones(table.num_rows, dtype=bool))
         every = np.ones(table.num_rows, dtype=bool)
+        scored = {spec.name: every if spec.name in self.label_free else labelled for spec in self.specs}
         items, slots = [], []  # slots: (source, row indices the item's value(s) go to)
         steps_at: dict[str, dict[int, np.ndarray]] = {}  # process source -> row -> step token positions
         pieces: dict[int, list[str]] = {}  # row -> its response tokens decoded one by one (shared by sources)
@@ -81,7 +82,7 @@ class Verifier:
         for spec in self.specs:
             if spec.name in self.process:
                 steps_at[spec.name], step_errors[spec.name] = {}, {}
-                for i in np.nonzero(labelled)[0]:
+                for i in np.nonzero(scored[spec.name])[0]:
                     steps, where = self._steps(table, int(i), rows[i]["response"], self.process[spec.name], pieces)
                     if where is None:
                         step_errors[spec.name][int(i)] = steps
@@ -90,11 +91,11 @@ class Verifier:
                     items.append((spec.name, {**rows[i], "steps": steps, **spec.args}))
                     slots.append((spec.name, np.array([i])))
             elif self._scope(spec.name) == "group":
-                scored = every if spec.name in self.label_free else labelled
+                rows_of = scored[spec.name]
                 groups = (B.group_index(table) if spec.group_by is None else
                           pc.dictionary_encode(table.column(spec.group_by)).combine_chunks().indices.to_numpy())
-                for g in np.unique(groups[scored]):
-                    idx = np.nonzero((groups == g) & scored)[0]
+                for g in np.unique(groups[rows_of]):
+                    idx = np.nonzero((groups == g) & rows_of)[0]
                     first = rows[idx[0]]
                     kwargs = {**{k: v for k, v in first.items() if k != "response"},
                               "responses": [rows[i]["response"] for i in idx],
@@ -102,7 +103,7 @@ class Verifier:
                     items.append((spec.name, kwargs))
                     slots.append((spec.name, idx))
             else:
-                for i in np.nonzero(every if spec.name in self.label_free else labelled)[0]:
+                for i in np.nonzero(scored[spec.name])[0]:
                     items.append((spec.name, {**rows[i], **spec.args}))
                     slots.append((spec.name, np.array([i])))
         before = self.sandbox.stats()["sources"] if items else {}
@@ -145,7 +146,7 @@ class Verifier:
             if missing:  # an opted-in weaker sandbox shows in every step's metrics
                 info[f"missing_layers/{spec.name}"] = len(missing)
         for spec in self.specs:  # for the run's check on failing sources (orchestrator.reward_health)
-            info[f"scored/{spec.name}"] = table.num_rows if spec.name in self.label_free else int(labelled.sum())
+            info[f"scored/{spec.name}"] = int(scored[spec.name].sum())
             info[f"first_error/{spec.name}"] = next((e for e in errors[spec.name] if e is not None), None)
         table, delta = self._scored_details(table, slots, results, held)  # reasons, VeRPO weights: see below
         if held is not None:

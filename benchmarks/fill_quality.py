@@ -31,17 +31,6 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def ordered(score: np.ndarray, right: np.ndarray, groups: np.ndarray) -> float | None:
-    """The share of within-group (right, wrong) pairs `score` orders right, ties half."""
-    hits = pairs = 0.0
-    for g in np.unique(groups):
-        mine = groups == g
-        diff = score[mine & right][:, None] - score[mine & ~right][None, :]
-        hits += float((diff > 0).sum() + 0.5 * (diff == 0).sum())
-        pairs += diff.size
-    return hits / pairs if pairs else None
-
-
 def step_row(table: pd.DataFrame, source: str, oracle: str) -> dict:
     unlabelled = ~table["labelled"].astype(bool).to_numpy()
     right = table[f"reward.{oracle}"].to_numpy(float) >= 0.5
@@ -56,11 +45,12 @@ def step_row(table: pd.DataFrame, source: str, oracle: str) -> dict:
     out = {"verifier_acc": round(float(right[unlabelled].mean()), 3)}
     ok = unlabelled & ~np.isnan(score)
     if ok.any() and 0 < right[ok].mean() < 1:
-        from orchestrator.evaluation import auroc
+        from orchestrator.evaluation import rank_quality
 
-        out["auroc"] = round(auroc(score[ok], right[ok]), 3)
-        out["ordered"] = round(ordered(score[ok], right[ok], groups[ok]) or float("nan"), 3)
-        out["vote_ordered"] = round(ordered(share[ok], right[ok], groups[ok]) or float("nan"), 3)
+        judge, vote = (rank_quality(x[ok], right[ok], groups[ok]) for x in (score, share))
+        out["auroc"] = round(judge["auroc"], 3)
+        out["ordered"] = round(judge["pairs_ordered"] or float("nan"), 3)
+        out["vote_ordered"] = round(vote["pairs_ordered"] or float("nan"), 3)
     advantage = np.array([float(np.mean(a)) if a is not None and len(a) else 0.0 for a in table["advantages"]])
     for name, rows in (("unlabelled", unlabelled), ("labelled", ~unlabelled)):
         a, sign = advantage[rows], np.where(right[rows], 1.0, -1.0)
