@@ -47,9 +47,11 @@ class JudgeLearner(Learner):
     are named `<prefix>/...` (SPC: critic)."""
 
     def __init__(self, config, model_source: str | None = None, role: dict | None = None, *,
-                 judging: JudgingSpec, lr: float | None = None, replay: int = 0, prefix: str = "judge_learner"):
-        """`judging`: the judge pool's read-out (its template and yes/no tokens), from the recipe."""
-        super().__init__(config, model_source, role, objectives=[], lr=lr, reference=False)
+                 judging: JudgingSpec, lr: float | None = None, replay: int = 0, prefix: str = "judge_learner",
+                 fresh: bool = False):
+        """`judging`: the judge pool's read-out (its template and yes/no tokens), from the recipe.
+        `fresh`: the model's architecture randomly initialised (`judge.init: scratch`)."""
+        super().__init__(config, model_source, role, objectives=[], lr=lr, reference=False, fresh=fresh)
         self.template = judging.template
         self.yes = single_token(self.tokenizer, judging.yes, "judge.yes")
         self.no = single_token(self.tokenizer, judging.no, "judge.no")
@@ -64,6 +66,31 @@ class JudgeLearner(Learner):
         self.past.clear()
         if self.replay:  # (checkpoints written before the rename hold them as spc_replay)
             self.past.extend(state.get("judge_replay", state.get("spc_replay", [])))
+
+    def verdict_steps(self, batches: list[pa.Table], lr: float) -> float:
+        """Supervised steps on judged items (the judging warm-up of a judge from scratch): the
+        cross-entropy of the verifier's verdict under the two-way distribution P(yes) : P(no), with
+        the warm-ups' own AdamW at `lr`; returns the last step's loss."""
+        from actors.runtime import torch_threads
+
+        optimizer, loss = self.warmup_optimizer(lr), float("nan")
+        with torch_threads(self.alone_threads):
+            for table in batches:
+                texts = [render(self.template, q, r) for q, r in
+                         zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
+                target = torch.from_numpy(np.where(np.asarray(table.column("step_correct").to_pylist(), bool), 0, 1))
+                optimizer.zero_grad(set_to_none=True)
+                total = 0.0
+                for start in range(0, len(texts), self.algo.micro_batch_size):
+                    rows = slice(start, start + self.algo.micro_batch_size)
+                    pair = verdict_logprobs(self.model, self.tokenizer, texts[rows], self.yes, self.no, self.device)
+                    part = torch.nn.functional.nll_loss(pair, target[rows].to(self.device), reduction="sum") / len(texts)
+                    part.backward()
+                    total += float(part.detach())
+                self.clip_grads(self.algo.grad_clip)
+                optimizer.step()
+                loss = total
+        return loss
 
     def train_game(self, table: pa.Table | None, own: pa.Table | None = None) -> dict[str, float]:
         """One optimizer step on the judged items: `table` (SPC: the game's), `own` (the policy's

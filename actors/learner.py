@@ -26,10 +26,12 @@ DEFAULT_OBJECTIVES = ("policy_gradient", "preference", "sft")  # a role that nam
 
 class Learner(Trainable):
     def __init__(self, config, model_source: str | None = None, role: dict | None = None,
-                 objectives: list | None = None, lr: float | None = None, reference: bool = True):
+                 objectives: list | None = None, lr: float | None = None, reference: bool = True,
+                 fresh: bool = False):
         """`objectives`: names or `{"name": ..., **options}` entries (a role's kwargs); None: DEFAULT_OBJECTIVES.
         `lr`: the optimizer's learning rate (default algorithm.lr); `reference`: keep the frozen KL
-        reference when algorithm.kl_coef > 0 (a critic does not need one)."""
+        reference when algorithm.kl_coef > 0 (a critic does not need one); `fresh`: the model's
+        architecture with random weights (seeded by the run's seed), not its trained ones."""
         from actors import modeling
 
         self._setup(config, role)
@@ -43,6 +45,8 @@ class Learner(Trainable):
         self.model_source = model_source  # objectives read their files saved beside the model
         if model_source:
             self.model = modeling.load_model(model_source, attn=config.model.attn_implementation)
+        if fresh:
+            self.model = modeling.reinitialised(self.model, config.seed + 7919)
         self.model.to(self.device).train()
         self.lora = config.learner.lora is not None  # adapters train in RL (actors/lora.py)
         if self.lora:

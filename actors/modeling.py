@@ -3,6 +3,7 @@ character tokenizer, or any HF model + tokenizer from a local directory."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import string
 import sys
@@ -119,6 +120,16 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, attn: str |
     """`attn`: transformers' attention implementation (model.attn_implementation; None: its default)."""
     load = functools.partial(AutoModelForCausalLM.from_pretrained, str(path), local_files_only=True, dtype=dtype)
     return _with_kernel(load, attn)
+
+
+def reinitialised(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """The same architecture with fresh random weights (its config's initialisation, seeded): a model
+    trained from scratch beside the one it was loaded as (`judge.init: scratch`)."""
+    dtype = next(model.parameters()).dtype
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = type(model)(copy.deepcopy(model.config))
+    return fresh.to(dtype)
 
 
 def _with_kernel(make, attn: str | None) -> torch.nn.Module:

@@ -12,10 +12,13 @@
         fraction of (correct, wrong) pairs of one prompt the self-reward orders correctly, best-of-8.
 
     python benchmarks/probes.py judge-prompts WARM_DIR [--prompts 100 2000 7000] [--steps 800]
+            [--init policy|scratch] [--batch 32] [--lr 1e-3]
         How good a judge the warm policy becomes with more labelled prompts (sorting, issue 32): for
-        each count, a copy of the warm policy trained on the verifier's labels of 8 samples of that
-        many training prompts (judge template "{prompt}{response}?" -> Y/N, balanced batches of 32,
-        AdamW 1e-3); held-out AUROC on 8 samples of 200 held-out prompts every --every steps.
+        each count, a judge trained on the verifier's labels of 8 samples of that many training
+        prompts (judge template "{prompt}{response}?" -> Y/N, balanced batches of --batch, AdamW
+        --lr); held-out AUROC on 8 samples of 200 held-out prompts every --every steps. The judge
+        starts as a copy of the warm policy (--init policy) or as the same architecture randomly
+        initialised (--init scratch; seeded by --seed).
 
     python benchmarks/probes.py laser-align WARM_DIR [--lr 3e-4] [--steps 600] [--beta 0.25] [--nll 1.0]
             [--resample] [--prompts 2048]
@@ -158,12 +161,16 @@ def judge_prompts(args) -> None:
     for n in args.prompts:
         texts, labels = judged(task.train.column("prompt").to_pylist()[:n])
         good, bad = np.nonzero(labels)[0], np.nonzero(~labels)[0]
-        judge = copy.deepcopy(policy)
-        opt = torch.optim.AdamW(judge.parameters(), lr=1e-3)
+        if args.init == "policy":
+            judge = copy.deepcopy(policy)
+        else:
+            torch.manual_seed(args.seed)
+            judge = type(policy)(copy.deepcopy(policy.config))
+        opt = torch.optim.AdamW(judge.parameters(), lr=args.lr)
         rng = np.random.default_rng(args.seed + 1)
         for step in range(1, args.steps + 1):
             judge.train()
-            idx = np.concatenate([rng.choice(good, 16), rng.choice(bad, 16)])
+            idx = np.concatenate([rng.choice(good, args.batch // 2), rng.choice(bad, args.batch // 2)])
             pair = verdict_logprobs(judge, tok, [texts[i] for i in idx], yes, no, "cpu")
             loss = torch.nn.functional.nll_loss(pair, torch.from_numpy(np.where(labels[idx], 0, 1)))
             opt.zero_grad()
@@ -173,7 +180,7 @@ def judge_prompts(args) -> None:
             if step % args.every == 0:
                 judge.eval()
                 score = yes_probability(judge, tok, held_texts, yes, no, "cpu", 256)
-                print(json.dumps({"prompts": n, "examples": len(texts), "step": step,
+                print(json.dumps({"init": args.init, "prompts": n, "examples": len(texts), "step": step,
                                   "held_out_auroc": round(auroc(score, held_labels), 4)}), flush=True)
 
 
@@ -322,6 +329,10 @@ def main() -> None:
     p.add_argument("--prompts", type=int, nargs="+", default=[100, 2000, 7000])
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--every", type=int, default=200)
+    p.add_argument("--init", choices=["policy", "scratch"], default="policy",
+                   help="the judge's start: the warm policy's weights or a random init of its architecture")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("laser-groups")
     p.add_argument("policy")

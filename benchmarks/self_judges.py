@@ -100,10 +100,13 @@ def recipes(v: str, args) -> dict[str, tuple[str, list[str]]]:
     # --judge-online N: self_judged_grpo's judge apart goes on learning from N labelled rollouts a step
     online = [f"judge.online_items={args.judge_online}", f"judge.online_lr={args.judge_online_lr}"] \
         if args.judge_online else []
+    if args.judge_init == "scratch":  # a judge from random weights: its warm-up trains verdicts only
+        online += ["judge.init=scratch"]
+    sjg_warm = [w for w in warm if not w.startswith("judge.warmup_task")] if args.judge_init == "scratch" else warm
     return {
         "grpo": ("grpo_addition", [f"rewards=[{{name: {v}}}]"]),
         "self_judged_grpo": ("self_judged_grpo", [judge, f"aggregate.fill={{{v}: judge}}", f"verifier.accuracy_source={v}",
-                                                  *warm, *online]),
+                                                  *sjg_warm, *online]),
         # the control: self_judged_grpo's judging warm-up, then GRPO on the labelled prompts alone
         "grpo_after_judge_warmup": ("self_judged_grpo", [judge, f"verifier.accuracy_source={v}", *warm]),
         "spark": ("spark", [judge, f"aggregate.fill={{{v}: judge}}", *shared, f"spark.eval_prompts={args.eval_prompts}"]),
@@ -338,6 +341,9 @@ def main() -> None:
                         help="with --judge-separate: judge.online_items of self_judged_grpo, whose judge apart then "
                              "trains on up to this many labelled rollouts a step (0: the fixed judge apart)")
     parser.add_argument("--judge-online-lr", type=float, default=3e-4, help="judge.online_lr (--judge-online)")
+    parser.add_argument("--judge-init", choices=["policy", "scratch"], default="policy",
+                        help="with --judge-online: judge.init of self_judged_grpo, whose judge apart then starts from "
+                             "random weights and its warm-up trains verdicts only (--judge-task* do not apply to it)")
     parser.add_argument("--guard", type=float, default=0.6,
                         help="judge_credit.min_auroc of every recipe but grpo (the guard); the shipped YAMLs of "
                              "self_judged_grpo, spc and self_rewarding guard at 0.8, set for addition's weak judges, "
@@ -361,6 +367,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.judge_online and not args.judge_separate:
         parser.error("--judge-online trains the judge apart: add --judge-separate")
+    if args.judge_init == "scratch" and not args.judge_online:
+        parser.error("--judge-init scratch: a judge from scratch is a judge apart that learns: add --judge-separate "
+                     "and --judge-online N")
     from runs import export_splits, warm_checkpoint
 
     name = f"self_judges_{args.task}{'_gap' if args.gap else ''}{args.label}"

@@ -41,11 +41,11 @@ class StageDriver:
                 if info is None:
                     cached, path = False, stage.output_dir(cfg, path, run.run_dir)
                     info = await until_stopped(run, self._fresh(stage, path, sources), stage.label)
-                    if stage.borrows and not stage.hands_on(cfg):  # they hold what the run does not start from
+                    if stage.borrowed(cfg) and not stage.hands_on(cfg):  # they hold what the run does not start from
                         self._drop_holders()
                 else:
                     run.progress.print(stage.cached_message(cfg, path, info))
-                    if stage.borrows:  # they hold an earlier stage's weights
+                    if stage.borrowed(cfg):  # they hold an earlier stage's weights
                         self._drop_holders()
             starting, self.starting_s = self.starting_s, 0.0  # its pools' start: the actors' time, not the stage's
             run.session.add("actors", starting)
@@ -67,7 +67,7 @@ class StageDriver:
 
     async def _fresh(self, stage, path, sources) -> dict:
         """Train a stage that is not cached, on the pools it borrows."""
-        ctx = await self._borrow(stage.borrows, sources)
+        ctx = await self._borrow(stage.borrowed(self.run.config), sources)
         return await stage.train(ctx, path, sources)
 
     async def _borrow(self, roles: tuple[str, ...], sources) -> RunContext:

@@ -119,6 +119,10 @@ class Stage:
     def enabled(self, config, recipe) -> bool:
         return True
 
+    def borrowed(self, config) -> tuple[str, ...]:
+        """The pools it trains with for this config (default: `borrows`)."""
+        return self.borrows
+
     def cache_path(self, config, sources) -> Path | None:
         """Where its output is cached: a hash of everything that changes it (None: nothing to train)."""
         raise NotImplementedError

@@ -79,12 +79,15 @@ class GRPO(Recipe):
             roles["reward_model"] = RoleSpec("actors.reward_model:RewardModel", (sources.reward_models,),
                                              {"template": config.reward_model.template}, kind="scorer", num_cpus=0)
         if cls.judge_learns(config):
-            # a judge apart that goes on learning: a model of its own, from the judging warm-up's
+            # a judge apart that goes on learning: a model of its own, from the judging warm-up's (or,
+            # judge.init: scratch, before that warm-up: the policy's architecture, randomly initialised)
             judge = sources.learners.get("judge_learner", sources.judge)
+            fresh = judge is None and config.judge.init == "scratch"
+            judge = sources.policy if fresh else judge
             roles["judge"] = RoleSpec("actors.generator:Generator", (judge,), cls.generator_args(config),
                                       kind="generator", num_cpus=0)
             online = {"judging": roles["judge"].kwargs["judging"], "lr": config.judge.online_lr,
-                      "replay": config.judge.online_replay}
+                      "replay": config.judge.online_replay, **({"fresh": True} if fresh else {})}
             roles["judge_learner"] = RoleSpec("actors.judge_learner:JudgeLearner", (judge,), online,
                                               kind="learner", num_cpus=0)
         elif config.judge_rewards() and (not config.judge.shared or config.judge.separate):
