@@ -72,8 +72,26 @@ def test_the_oracle_fill_is_the_verifier_label_free_and_wrong_on_a_fixed_share(b
     assert not any(oracle("3120>", a, flip=0.0) != oracle("3120>", a) for a in answers)
     config, overrides = bench.recipes("sorted_digits", Namespace(
         oracle_flip=0.1, judge_warmup=200, judge_task="own", judge_task_fraction=0.5, judge_separate=False,
-        judge_online=0, judge_online_lr=3e-4, eval_prompts=64, laser_warmup=300, rm_warmup=60, prompts=32,
-        extra=[], steps=40))["grpo_oracle_fill"]
+        judge_online=0, judge_online_lr=3e-4, judge_init="policy", eval_prompts=64, laser_warmup=300, rm_warmup=60,
+        prompts=32, extra=[], steps=40))["grpo_oracle_fill"]
     cfg = load_config(config, [*overrides, "verifier.fraction=0.1"])
     oracle_spec = next(r for r in cfg.rewards if r.name == "oracle")
     assert oracle_spec.label_free and oracle_spec.args == {"verifier": "sorted_digits", "flip": 0.1}
+
+
+def test_a_judge_from_scratch_drops_the_task_share_and_makes_a_valid_config(bench) -> None:
+    """--judge-init scratch: self_judged_grpo's judge apart that learns starts from random weights;
+    its warm-up has no task share (judge.warmup_task* left out), and the other recipes keep theirs."""
+    from argparse import Namespace
+
+    from orchestrator.config import load_config
+
+    args = Namespace(oracle_flip=0.0, judge_warmup=800, judge_task="distill", judge_task_fraction=0.75,
+                     judge_separate=True, judge_online=128, judge_online_lr=3e-4, judge_init="scratch", eval_prompts=64,
+                     laser_warmup=300, rm_warmup=60, prompts=32, extra=[], steps=40)
+    table = bench.recipes("sorted_digits", args)
+    config, overrides = table["self_judged_grpo"]
+    assert "judge.init=scratch" in overrides and not any(o.startswith("judge.warmup_task") for o in overrides)
+    cfg = load_config(config, [*overrides, "verifier.fraction=0.1"])
+    assert cfg.judge.init == "scratch" and cfg.judge.online_items == 128 and cfg.judge.warmup_steps == 800
+    assert "judge.warmup_task=distill" in table["spc"][1]  # the others' warm-ups are as they were
