@@ -90,8 +90,9 @@ class JudgeConfig(Section):
     # a copy of the warm policy; `scratch`, the policy's architecture randomly initialised (seeded),
     # which the judging warm-up trains on the verdicts alone (judge.warmup_task* do not apply: nothing
     # samples from it, so there is no task to keep).
-    # Measured on sorting with 7,000 labelled prompts: held-out AUROC 0.97 from scratch against 0.84
-    # started from the policy; with 100, both about 0.7 (benchmarks/results/probes.md#judge-prompts)
+    # Measured on sorting (benchmarks/results/probes.md, judge-prompts*): on 7,000 labelled prompts'
+    # samples held-out AUROC 0.88 from scratch (0.97 from another random init) against 0.84 started
+    # from the policy; on 100-400 prompts the two are level (0.70-0.72 on 100, 0.82-0.84 on 400)
     init: Literal["policy", "scratch"] = "policy"
     # verifier-labelled near misses (orchestrator/near_misses.py): up to this many one-character edits
     # of each answer the verifier marked correct, scored by the verifier on the same labelled prompts;
