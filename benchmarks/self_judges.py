@@ -444,7 +444,7 @@ def main() -> None:
         f"{prompts} prompts x 8, eval every {args.eval_every} on {split_info['eval_rows']} held-out prompts, "
         f"{args.eval_prompts} judge eval prompts; warm-ups: judge "
         f"{args.judge_warmup} (task share {args.judge_task_fraction}"
-        + ("; self_judged_grpo's judge from scratch: none" if args.judge_init == "scratch" else "") + "), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; guard {args.guard}; credit {' '.join(args.credit)}"
+        + ("; self_judged_grpo's judge from scratch: none" if args.judge_init == "scratch" else "") + f"), laser {args.laser_warmup}, reward model {args.rm_warmup} steps; guard {args.guard}; credit {' '.join(args.credit)}"
         + (f" (every variant for {args.ablate})" if args.ablate else "")
         + ("; overrides: the command's, after `--`" if args.extra else "; no overrides")))
     print(f"\nraw results: {out}\nsummary: {summary}")

@@ -184,6 +184,12 @@ def test_a_judge_from_scratch_is_a_learning_judge_apart_with_random_weights() ->
                                                                      "judge.warmup_task_fraction=0.25"]), "s")
     assert cache_path(policy, "s") != cache_path(load_config(None, [*apart, "judge.online_items=8",
                                                                     "judge.warmup_task_fraction=0.25"]), "s")
+    # a `policy` judge's key is the one made before `init` existed (its cached warm-ups still hit)
+    from orchestrator.stage_cache import stage_path
+
+    before = policy.judge.model_dump(exclude={"separate", "online_items", "online_lr", "online_replay", "init",
+                                              "warmup_task_samples", "warmup_samples", "near_misses"})
+    assert cache_path(policy, "s") == stage_path(policy, "judges", "s", policy.accuracy_source(), {"judge": before})
 
 
 def test_a_judge_learner_from_scratch_learns_verdicts_from_fresh_weights(tmp_path) -> None:
@@ -316,6 +322,12 @@ def test_a_judge_from_scratch_warms_up_apart_and_learns_in_the_run(ray_env, warm
     assert all(p.shape == q.shape for p, q in zip(judge.parameters(), policy.parameters()))
     gap = sum(float((p - q).abs().mean()) for p, q in zip(judge.parameters(), policy.parameters()))
     assert gap > 0.01 * len(list(policy.parameters()))
+    # it is the warm-up's judge two online steps on, not another random init
+    warmed = [m.parent for m in (warm_cache / ".." / "judges").glob("*/judge_warmup.json")
+              if json.loads(m.read_text()).get("judge_warmup/init") == "scratch"]
+    assert len(warmed) == 1
+    near = sum(float((p - q).abs().mean()) for p, q in zip(judge.parameters(), modeling.load_model(warmed[0]).parameters()))
+    assert near < gap / 10
     out = coevo([*args[:-1], str(tmp_path / "again"), "train.max_steps=1"], ray_env, tmp_path)
     assert "judging warm-up: using cached model" in out and "judge.init: scratch: a judge of its own" in out
 

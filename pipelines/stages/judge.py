@@ -367,13 +367,12 @@ async def warm_up_scratch(ctx, out_dir: Path) -> dict:
     async def draw(seq: int) -> tuple[pa.Table, pa.Table, int]:  # balanced items, the answers drawn, near misses
         samples, near = await with_near_misses(ctx, await labelled_samples(ctx, judged_prompts, seq, judge.warmup_samples),
                                                cfg.accuracy_source(), judge.near_misses, rng)
-        items = labelled_items(samples, cfg.accuracy_source(), THRESHOLD, samples.num_rows, rng)
-        if items.num_rows == 0:
-            raise RuntimeError("judging warm-up: the warm policy's samples are all correct or all wrong; "
-                               "nothing to learn the judge from")
-        return items, samples, near
+        return labelled_items(samples, cfg.accuracy_source(), THRESHOLD, samples.num_rows, rng), samples, near
 
     items, samples, near = await draw(-1000)
+    if items.num_rows == 0:
+        raise RuntimeError("judging warm-up: the warm policy's samples are all correct or all wrong; "
+                           "nothing to learn the judge from")
     held_out = await labelled_samples(ctx, ctx.prompts.eval, -5000)
     await channel.publish(0)
     before, auc_before = await agreement(ctx, held_out, "judge")
@@ -390,11 +389,12 @@ async def warm_up_scratch(ctx, out_dir: Path) -> dict:
                "do not apply); cached, so later runs with the same settings skip it")
     while steps < judge.warmup_steps:
         stop_if_requested(ctx, "judging warm-up", steps)
-        if judge.warmup_resample and steps:
-            try:
-                items, samples, near = await draw(-100_000 - 100 * steps)
+        if judge.warmup_resample and steps:  # a pool's failure propagates; one-sided samples keep the last draw
+            fresh, fresh_samples, fresh_near = await draw(-100_000 - 100 * steps)
+            if fresh.num_rows:
+                items, samples, near = fresh, fresh_samples, fresh_near
                 judged = PromptSampler(items, seed=cfg.seed + 3 + steps)
-            except RuntimeError:
+            else:
                 ctx.progress.print(f"judging warm-up: step {steps}: the policy's samples are all correct or all "
                                    "wrong; training on the previous draw's examples")
         n = min(block, judge.warmup_steps - steps)
