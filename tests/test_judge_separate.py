@@ -166,6 +166,8 @@ def test_a_judge_from_scratch_is_a_learning_judge_apart_with_random_weights() ->
         load_config(None, [*apart, "judge.init=scratch", "judge.online_items=8", "learner.lora={r: 4, alpha: 8}"])
     with pytest.raises(ConfigError, match=r"judge.init"):
         load_config(None, [*apart, "judge.online_items=8", "judge.init=random"])
+    with pytest.raises(ConfigError, match=r"judge.init: scratch trains a one-token verdict .* use judge.mode: yes_prob"):
+        load_config(None, [*apart, "judge.online_items=8", "judge.init=scratch", "judge.mode=sampled"])
     scratch = load_config(None, [*apart, "judge.online_items=8", "judge.init=scratch"])
     grpo = RECIPES.get("grpo")
     roles = grpo.roles(scratch, Sources(policy="p"))  # before the warm-up: the policy's architecture, fresh

@@ -116,6 +116,10 @@ class JudgeConfig(Section):
                 raise ValueError("judge.init: scratch trains a judge of its own from random weights, which only a "
                                  "judge apart that learns has: set judge.separate: true and judge.online_items "
                                  "(e.g. 128)")
+            if self.mode == "sampled":
+                raise ValueError("judge.init: scratch trains a one-token verdict (judge.yes against judge.no) into "
+                                 "random weights, which cannot write the numbers judge.mode: sampled parses; use "
+                                 "judge.mode: yes_prob")
         if self.online_replay and not self.online_items:
             raise ValueError(f"judge.online_replay={self.online_replay} replays the labelled items the judge apart "
                              "learns from, and judge.online_items is 0: set judge.online_items (e.g. 128)")
