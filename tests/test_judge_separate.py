@@ -307,10 +307,11 @@ def test_a_judge_from_scratch_warms_up_apart_and_learns_in_the_run(ray_env, warm
     args = small(warm_cache, "rewards=[{name: judge, judge: true}, {name: correct, fn: integer_match, weight: 0}]",
                  "verifier.accuracy_source=correct", "algorithm.advantage=dr_grpo", "train.max_steps=2",
                  "judge.warmup_steps=4", "judge.warmup_batch_size=8", "judge.separate=true", "judge.init=scratch",
-                 "judge.online_items=16", "rollout.temperature=2.0", "train.eval_every=2", "train.checkpoint_every=2",
+                 "judge.warmup_resample=2", "judge.online_items=16", "rollout.temperature=2.0", "train.eval_every=2", "train.checkpoint_every=2",
                  "--output-dir", str(run_dir))
     out = coevo(args, ray_env, tmp_path)
     assert "judging warm-up (judge.init: scratch)" in out and "a judge of its own from random weights" in out
+    assert "re-drawn from the policy every 2 steps" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["judge_warmup/init"] == "scratch" and summary["judge_warmup/steps"] == 4
     assert summary["warm_start/stage"] == "warm-up" and summary["warm_start/accuracy"] == summary["warmup/accuracy"]
