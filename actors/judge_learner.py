@@ -67,6 +67,12 @@ class JudgeLearner(Learner):
         if self.replay:  # (checkpoints written before the rename hold them as spc_replay)
             self.past.extend(state.get("judge_replay", state.get("spc_replay", [])))
 
+    def _judged(self, table: pa.Table) -> tuple[list[str], np.ndarray]:
+        """Judged items as the judge reads them (the template filled) and whether each is correct."""
+        texts = [render(self.template, q, r) for q, r in
+                 zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
+        return texts, np.asarray(table.column("step_correct").to_pylist(), bool)
+
     def verdict_steps(self, batches: list[pa.Table], lr: float) -> float:
         """Supervised steps on judged items (the judging warm-up of a judge from scratch): the
         cross-entropy of the verifier's verdict under the two-way distribution P(yes) : P(no), with
@@ -76,9 +82,8 @@ class JudgeLearner(Learner):
         optimizer, loss = self.warmup_optimizer(lr), float("nan")
         with torch_threads(self.alone_threads):
             for table in batches:
-                texts = [render(self.template, q, r) for q, r in
-                         zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
-                target = torch.from_numpy(np.where(np.asarray(table.column("step_correct").to_pylist(), bool), 0, 1))
+                texts, correct = self._judged(table)
+                target = torch.from_numpy(np.where(correct, 0, 1))
                 optimizer.zero_grad(set_to_none=True)
                 total = 0.0
                 for start in range(0, len(texts), self.algo.micro_batch_size):
@@ -103,9 +108,7 @@ class JudgeLearner(Learner):
         if not parts:
             return {f"{p}/version": self.version, f"{p}/steps_judged": 0}
         table = pa.concat_tables(parts)
-        texts = [render(self.template, q, r) for q, r in
-                 zip(table.column("prompt").to_pylist(), table.column("response").to_pylist())]
-        correct = np.asarray(table.column("step_correct").to_pylist(), bool)
+        texts, correct = self._judged(table)
         sign = torch.from_numpy(np.where(correct, 1.0, -1.0)).float()
         counts = {True: int(correct.sum()), False: int((~correct).sum())}
         kinds = sum(1 for n in counts.values() if n)

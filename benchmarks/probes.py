@@ -161,11 +161,7 @@ def judge_prompts(args) -> None:
     for n in args.prompts:
         texts, labels = judged(task.train.column("prompt").to_pylist()[:n])
         good, bad = np.nonzero(labels)[0], np.nonzero(~labels)[0]
-        if args.init == "policy":
-            judge = copy.deepcopy(policy)
-        else:
-            torch.manual_seed(args.seed)
-            judge = type(policy)(copy.deepcopy(policy.config))
+        judge = copy.deepcopy(policy) if args.init == "policy" else modeling.reinitialised(policy, args.seed)
         opt = torch.optim.AdamW(judge.parameters(), lr=args.lr)
         rng = np.random.default_rng(args.seed + 1)
         for step in range(1, args.steps + 1):
